@@ -1,0 +1,315 @@
+//! Configuration: one model for YAML and TOML (keys under `oncebox.outbox.*` and
+//! `oncebox.inbox.*`, with `publisher`/`consumer` accepted as older spellings), resolved once into
+//! typed values with defaults and inheritance applied, and validated with the offending key named.
+//!
+//! ```
+//! let config = oncebox_core::Config::from_yaml_str(r#"
+//! oncebox:
+//!   outbox:
+//!     events:
+//!       order-created:
+//!         topic: orders
+//!         batch-size: 500
+//! "#)?;
+//! let event = &config.outbox.as_ref().unwrap().events["order-created"];
+//! assert_eq!(event.batch_size, 500);
+//! assert_eq!(event.max_retries, 3);
+//! # Ok::<(), oncebox_core::Error>(())
+//! ```
+
+mod builder;
+pub(crate) mod raw;
+mod resolve;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+pub use builder::{ConfigBuilder, EventSettings};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::tables::TableNames;
+
+/// The whole, validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// How many task runs (polls and jobs) may execute at once.
+    pub thread_pool_size: usize,
+    /// Table names and auto-create.
+    pub tables: TablesConfig,
+    /// Lock durations for the clean-up jobs.
+    pub distributed_lock: DistributedLockConfig,
+    /// The publishing side; `None` for a consumer-only service.
+    pub outbox: Option<OutboxConfig>,
+    /// The consuming side; `None` for a publisher-only service.
+    pub inbox: Option<InboxConfig>,
+}
+
+/// `oncebox.tables`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TablesConfig {
+    /// Create missing tables at start (idempotent).
+    pub auto_create: bool,
+    /// Table names built from `oncebox.tables.prefix`.
+    pub names: TableNames,
+}
+
+/// `oncebox.distributed-lock`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DistributedLockConfig {
+    /// Minimum hold time when not derived from polling.
+    pub lock_at_least_for: Duration,
+    /// Maximum hold time when not derived from polling.
+    pub lock_at_most_for: Duration,
+    /// Derive each job's durations from its polling settings (min/max delay, or the fixed delay).
+    pub resolve_by_polling_properties: bool,
+}
+
+impl DistributedLockConfig {
+    /// `(at_least, at_most)` for a job polled with `polling`.
+    pub fn durations_for(&self, polling: &Polling) -> (Duration, Duration) {
+        if !self.resolve_by_polling_properties {
+            return (self.lock_at_least_for, self.lock_at_most_for);
+        }
+        match *polling {
+            Polling::Fixed { delay, .. } => (delay, delay),
+            Polling::Adaptive { min_delay, max_delay, .. } => (min_delay, max_delay),
+        }
+    }
+}
+
+/// `oncebox.outbox`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutboxConfig {
+    /// `sender.type`, when given (informational: the sender is passed to the builder).
+    pub sender_type: Option<String>,
+    /// `sender.emergency-timeout`: the bound on one batch's send.
+    pub emergency_timeout: Duration,
+    /// One entry per event type.
+    pub events: BTreeMap<String, EventConfig>,
+    /// `stuck-recovery`.
+    pub stuck_recovery: StuckRecoveryConfig,
+    /// `clean-up` of PROCESSED rows; `None` when disabled.
+    pub clean_up: Option<CleanUpConfig>,
+    /// `dlq`; `None` when disabled (FAILED rows then stay in the outbox).
+    pub dlq: Option<DlqConfig>,
+    /// `metrics`.
+    pub metrics: MetricsConfig,
+}
+
+/// Settings of one event type, with `defaults` applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventConfig {
+    /// Kafka topic or RabbitMQ exchange.
+    pub topic: String,
+    /// Rows per claim.
+    pub batch_size: u32,
+    /// Poll schedule.
+    pub polling: Polling,
+    /// Retries after the first send; `3` means 4 sends in all.
+    pub max_retries: u32,
+    /// Delay between retries.
+    pub backoff: Backoff,
+}
+
+impl EventConfig {
+    /// An event type with every default and the given topic.
+    pub fn new(topic: impl Into<String>) -> Self {
+        Self {
+            topic: topic.into(),
+            batch_size: 200,
+            polling: Polling::Adaptive {
+                initial_delay: Duration::ZERO,
+                min_delay: Duration::from_millis(250),
+                max_delay: Duration::from_secs(60),
+                multiplier: 1.5,
+            },
+            max_retries: 3,
+            backoff: Backoff::default(),
+        }
+    }
+}
+
+/// A poll schedule.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Polling {
+    /// A constant delay between short runs.
+    Fixed {
+        /// Before the first run.
+        initial_delay: Duration,
+        /// Between runs (`fixed-delay`).
+        delay: Duration,
+    },
+    /// A delay that grows by `multiplier` after each short run, up to `max_delay`, and drops to
+    /// `min_delay` after a full one.
+    Adaptive {
+        /// Before the first run.
+        initial_delay: Duration,
+        /// `min-fixed-delay`.
+        min_delay: Duration,
+        /// `max-fixed-delay`.
+        max_delay: Duration,
+        /// `multiplier` (≥ 1).
+        multiplier: f64,
+    },
+}
+
+/// Retry delays.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Backoff {
+    /// When false, a failed event is retried at the next poll.
+    pub enabled: bool,
+    /// Delay before the first retry.
+    pub delay: Duration,
+    /// Growth per retry (≥ 1).
+    pub multiplier: f64,
+    /// Upper bound of any delay.
+    pub max_delay: Duration,
+    /// Fraction (0–1) by which each delay may be randomly shortened.
+    pub jitter: f64,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            delay: Duration::from_secs(10),
+            multiplier: 3.0,
+            max_delay: Duration::from_secs(3600),
+            jitter: 0.0,
+        }
+    }
+}
+
+/// `stuck-recovery`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StuckRecoveryConfig {
+    /// Rows per run.
+    pub batch_size: u32,
+    /// A row IN_PROCESS for longer than this is returned to PENDING.
+    pub max_batch_processing_time: Duration,
+    /// Schedule.
+    pub polling: Polling,
+}
+
+/// A clean-up job (`clean-up`, `dlq.clean-up`, `inbox.clean-up`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CleanUpConfig {
+    /// Rows deleted per run.
+    pub batch_size: u32,
+    /// Rows older than this are deleted.
+    pub ttl: Duration,
+    /// Schedule.
+    pub polling: Polling,
+}
+
+/// A transfer job (`dlq.transfer-to`, `dlq.transfer-from`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct JobConfig {
+    /// Rows per run.
+    pub batch_size: u32,
+    /// Schedule.
+    pub polling: Polling,
+}
+
+/// `dlq`, when enabled.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DlqConfig {
+    /// FAILED outbox rows → DLQ.
+    pub transfer_to: JobConfig,
+    /// TO_RETRY DLQ rows → outbox.
+    pub transfer_from: JobConfig,
+    /// Deletion of RESOLVED rows; `None` when disabled.
+    pub clean_up: Option<CleanUpConfig>,
+}
+
+/// `metrics`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricsConfig {
+    /// Record counters and timers.
+    pub enabled: bool,
+    /// Gauges of row counts; `None` when disabled.
+    pub gauges: Option<GaugeConfig>,
+}
+
+/// `metrics.gauge`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GaugeConfig {
+    /// How long a count is reused: total, per status, per type and status. `None`: count on every scrape.
+    pub cache_ttls: Option<[Duration; 3]>,
+}
+
+/// `oncebox.inbox`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InboxConfig {
+    /// Deletion of old records; the TTL is the deduplication window. `None` when disabled.
+    pub clean_up: Option<CleanUpConfig>,
+    /// The consumed-id cache; `None` when disabled.
+    pub cache: Option<CacheConfig>,
+    /// Record inbox metrics.
+    pub metrics_enabled: bool,
+}
+
+/// `inbox.cache`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheConfig {
+    /// How long an id stays cached; never longer than the inbox TTL.
+    pub ttl: Duration,
+    /// Bound on entries of an in-process cache.
+    pub max_entries: u64,
+}
+
+impl Config {
+    /// A configuration builder (the typed alternative to a file).
+    pub fn builder() -> ConfigBuilder {
+        ConfigBuilder::default()
+    }
+
+    /// Parses and validates YAML with a top-level `oncebox:` key.
+    pub fn from_yaml_str(text: &str) -> Result<Self> {
+        let deserializer = serde_norway::Deserializer::from_str(text);
+        let file: raw::RawFile = serde_path_to_error::deserialize(deserializer).map_err(parse_error)?;
+        resolve::resolve(&file.oncebox)
+    }
+
+    /// Parses and validates TOML with a top-level `[oncebox]` table.
+    pub fn from_toml_str(text: &str) -> Result<Self> {
+        let deserializer = toml::Deserializer::parse(text).map_err(|error| {
+            Error::new(ErrorKind::Config, format!("invalid TOML: {}", error.message())).with_source(error)
+        })?;
+        let file: raw::RawFile = serde_path_to_error::deserialize(deserializer).map_err(parse_error)?;
+        resolve::resolve(&file.oncebox)
+    }
+
+    /// Reads a `.yaml`/`.yml` or `.toml` file.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|error| {
+            Error::new(ErrorKind::Config, format!("cannot read {}", path.display())).with_source(error)
+        })?;
+        let result = match path.extension().and_then(|e| e.to_str()) {
+            Some("toml") => Self::from_toml_str(&text),
+            _ => Self::from_yaml_str(&text),
+        };
+        result.map_err(|error| error.context(path.display()))
+    }
+
+    /// The event types, or an error naming `event_type` when it is not configured.
+    pub fn event(&self, event_type: &str) -> Result<&EventConfig> {
+        self.outbox.as_ref().and_then(|outbox| outbox.events.get(event_type)).ok_or_else(|| {
+            Error::invalid_input(format!(
+                "event type '{event_type}' is not configured under oncebox.outbox.events"
+            ))
+        })
+    }
+}
+
+fn parse_error<E: std::fmt::Display>(error: serde_path_to_error::Error<E>) -> Error {
+    let path = error.path().to_string();
+    let inner = error.into_inner().to_string();
+    let key = if path == "." || path.is_empty() { "oncebox".to_owned() } else { path };
+    Error::config(key, inner)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,239 @@
+//! The file model: every key optional, unknown keys rejected. Resolution into the typed
+//! [`Config`](super::Config) fills defaults, applies inheritance and validates.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, Visitor};
+
+/// A humantime duration (`250ms`, `1m`, `24h`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HumanDuration(pub(crate) Duration);
+
+impl<'de> Deserialize<'de> for HumanDuration {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct DurationVisitor;
+
+        impl Visitor<'_> for DurationVisitor {
+            type Value = HumanDuration;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a duration such as \"250ms\", \"30s\", \"1m\" or \"24h\"")
+            }
+
+            fn visit_str<E: de::Error>(self, value: &str) -> Result<HumanDuration, E> {
+                humantime::parse_duration(value.trim())
+                    .map(HumanDuration)
+                    .map_err(|error| E::custom(format!("invalid duration '{value}': {error}")))
+            }
+
+            fn visit_u64<E: de::Error>(self, value: u64) -> Result<HumanDuration, E> {
+                Err(E::custom(format!(
+                    "invalid duration {value}: give a unit, e.g. \"{value}ms\" or \"{value}s\""
+                )))
+            }
+
+            fn visit_i64<E: de::Error>(self, value: i64) -> Result<HumanDuration, E> {
+                Err(E::custom(format!("invalid duration {value}: give a unit, e.g. \"{value}s\"")))
+            }
+        }
+
+        deserializer.deserialize_any(DurationVisitor)
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawFile {
+    pub(crate) oncebox: RawOncebox,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct RawOncebox {
+    pub(crate) thread_pool_size: Option<usize>,
+    pub(crate) tables: Option<RawTables>,
+    pub(crate) distributed_lock: Option<RawDistributedLock>,
+    #[serde(alias = "publisher")]
+    pub(crate) outbox: Option<RawOutbox>,
+    #[serde(alias = "consumer")]
+    pub(crate) inbox: Option<RawInbox>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct RawTables {
+    pub(crate) auto_create: Option<bool>,
+    pub(crate) prefix: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct RawDistributedLock {
+    pub(crate) lock_at_least_for: Option<HumanDuration>,
+    pub(crate) lock_at_most_for: Option<HumanDuration>,
+    pub(crate) resolve_by_polling_properties: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct RawOutbox {
+    pub(crate) enabled: Option<bool>,
+    pub(crate) sender: Option<RawSender>,
+    pub(crate) defaults: Option<RawEventSettings>,
+    pub(crate) events: Option<BTreeMap<String, RawEventSettings>>,
+    pub(crate) stuck_recovery: Option<RawStuckRecovery>,
+    pub(crate) clean_up: Option<RawCleanUp>,
+    pub(crate) dlq: Option<RawDlq>,
+    pub(crate) metrics: Option<RawMetrics>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct RawSender {
+    #[serde(rename = "type")]
+    pub(crate) kind: Option<String>,
+    pub(crate) emergency_timeout: Option<HumanDuration>,
+}
+
+/// Settings of one event type, or of `defaults` (where `topic` is not allowed).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct RawEventSettings {
+    pub(crate) topic: Option<String>,
+    pub(crate) batch_size: Option<u32>,
+    pub(crate) polling: Option<RawPolling>,
+    pub(crate) max_retries: Option<u32>,
+    pub(crate) backoff: Option<RawBackoff>,
+}
+
+/// The polling strategy's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum PollingType {
+    Fixed,
+    Adaptive,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct RawPolling {
+    #[serde(rename = "type")]
+    pub(crate) kind: Option<PollingType>,
+    pub(crate) initial_delay: Option<HumanDuration>,
+    pub(crate) fixed_delay: Option<HumanDuration>,
+    pub(crate) min_fixed_delay: Option<HumanDuration>,
+    pub(crate) max_fixed_delay: Option<HumanDuration>,
+    pub(crate) multiplier: Option<f64>,
+}
+
+impl RawPolling {
+    /// Fields set here win; the rest come from `base`.
+    pub(crate) fn over(&self, base: &RawPolling) -> RawPolling {
+        RawPolling {
+            kind: self.kind.or(base.kind),
+            initial_delay: self.initial_delay.or(base.initial_delay),
+            fixed_delay: self.fixed_delay.or(base.fixed_delay),
+            min_fixed_delay: self.min_fixed_delay.or(base.min_fixed_delay),
+            max_fixed_delay: self.max_fixed_delay.or(base.max_fixed_delay),
+            multiplier: self.multiplier.or(base.multiplier),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct RawBackoff {
+    pub(crate) enabled: Option<bool>,
+    pub(crate) delay: Option<HumanDuration>,
+    pub(crate) multiplier: Option<f64>,
+    pub(crate) max_delay: Option<HumanDuration>,
+    pub(crate) jitter: Option<f64>,
+}
+
+impl RawBackoff {
+    pub(crate) fn over(&self, base: &RawBackoff) -> RawBackoff {
+        RawBackoff {
+            enabled: self.enabled.or(base.enabled),
+            delay: self.delay.or(base.delay),
+            multiplier: self.multiplier.or(base.multiplier),
+            max_delay: self.max_delay.or(base.max_delay),
+            jitter: self.jitter.or(base.jitter),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct RawStuckRecovery {
+    pub(crate) batch_size: Option<u32>,
+    pub(crate) max_batch_processing_time: Option<HumanDuration>,
+    pub(crate) polling: Option<RawPolling>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct RawCleanUp {
+    pub(crate) enabled: Option<bool>,
+    pub(crate) batch_size: Option<u32>,
+    pub(crate) ttl: Option<HumanDuration>,
+    pub(crate) polling: Option<RawPolling>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct RawJob {
+    pub(crate) batch_size: Option<u32>,
+    pub(crate) polling: Option<RawPolling>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct RawDlq {
+    pub(crate) enabled: Option<bool>,
+    pub(crate) batch_size: Option<u32>,
+    pub(crate) polling: Option<RawPolling>,
+    pub(crate) transfer_to: Option<RawJob>,
+    pub(crate) transfer_from: Option<RawJob>,
+    pub(crate) clean_up: Option<RawCleanUp>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct RawMetrics {
+    pub(crate) enabled: Option<bool>,
+    pub(crate) gauge: Option<RawGauge>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct RawGauge {
+    pub(crate) enabled: Option<bool>,
+    pub(crate) cache: Option<RawGaugeCache>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct RawGaugeCache {
+    pub(crate) enabled: Option<bool>,
+    pub(crate) ttls: Option<Vec<HumanDuration>>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct RawInbox {
+    pub(crate) enabled: Option<bool>,
+    pub(crate) clean_up: Option<RawCleanUp>,
+    pub(crate) cache: Option<RawCache>,
+    pub(crate) metrics: Option<RawMetrics>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct RawCache {
+    pub(crate) enabled: Option<bool>,
+    pub(crate) ttl: Option<HumanDuration>,
+    pub(crate) max_entries: Option<u64>,
+}

@@ -1,0 +1,293 @@
+use std::time::Duration;
+
+use super::*;
+
+fn yaml_error(text: &str) -> String {
+    match Config::from_yaml_str(text) {
+        Ok(config) => panic!("expected an error, got {config:?}"),
+        Err(error) => {
+            assert_eq!(error.kind(), ErrorKind::Config, "{error}");
+            error.to_string()
+        }
+    }
+}
+
+fn with_event(event_body: &str) -> String {
+    format!("oncebox:\n  outbox:\n    events:\n      order-created:\n        topic: orders\n{event_body}")
+}
+
+fn assert_names(message: &str, key: &str) {
+    assert!(message.contains(key), "message should name `{key}`: {message}");
+}
+
+#[test]
+fn defaults_follow_the_seed_except_the_event_initial_delay() {
+    let config = Config::from_yaml_str(&with_event("")).unwrap_or_else(|e| panic!("{e}"));
+    let outbox = config.outbox.as_ref().unwrap_or_else(|| panic!("outbox"));
+    let event = &outbox.events["order-created"];
+    assert_eq!(event.batch_size, 200);
+    assert_eq!(event.max_retries, 3);
+    assert_eq!(
+        event.polling,
+        Polling::Adaptive {
+            initial_delay: Duration::ZERO,
+            min_delay: Duration::from_millis(250),
+            max_delay: Duration::from_secs(60),
+            multiplier: 1.5
+        }
+    );
+    assert_eq!(event.backoff, Backoff::default());
+    assert_eq!(outbox.emergency_timeout, Duration::from_secs(120));
+    assert_eq!(outbox.stuck_recovery.max_batch_processing_time, Duration::from_secs(300));
+    assert_eq!(outbox.clean_up.map(|c| c.ttl), Some(Duration::from_secs(86_400)));
+    assert!(outbox.dlq.is_none(), "DLQ is off unless enabled");
+    assert!(config.inbox.is_none());
+    assert!(config.tables.auto_create);
+    assert_eq!(config.tables.names.events, "outbox_events");
+}
+
+#[test]
+fn events_inherit_unset_fields_from_defaults() {
+    let config = Config::from_yaml_str(
+        r#"
+oncebox:
+  outbox:
+    defaults:
+      batch-size: 50
+      max-retries: 5
+      polling:
+        min-fixed-delay: 1s
+        max-fixed-delay: 2m
+      backoff:
+        delay: 2s
+    events:
+      inherits:
+        topic: a
+      overrides:
+        topic: b
+        batch-size: 7
+        polling:
+          multiplier: 4.0
+        backoff:
+          enabled: false
+      fixed:
+        topic: c
+        polling:
+          type: fixed
+          fixed-delay: 250ms
+"#,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let events = &config.outbox.as_ref().unwrap_or_else(|| panic!("outbox")).events;
+    assert_eq!(events["inherits"].batch_size, 50);
+    assert_eq!(events["inherits"].max_retries, 5);
+    assert_eq!(events["inherits"].backoff.delay, Duration::from_secs(2));
+    assert_eq!(events["inherits"].backoff.multiplier, 3.0);
+    assert_eq!(events["overrides"].batch_size, 7);
+    assert_eq!(
+        events["overrides"].polling,
+        Polling::Adaptive {
+            initial_delay: Duration::ZERO,
+            min_delay: Duration::from_secs(1),
+            max_delay: Duration::from_secs(120),
+            multiplier: 4.0
+        }
+    );
+    assert!(!events["overrides"].backoff.enabled);
+    assert_eq!(
+        events["fixed"].polling,
+        Polling::Fixed { initial_delay: Duration::ZERO, delay: Duration::from_millis(250) }
+    );
+}
+
+#[test]
+fn older_publisher_and_consumer_spellings_are_accepted() {
+    let config = Config::from_yaml_str(
+        "oncebox:\n  publisher:\n    events:\n      e:\n        topic: t\n  consumer:\n    clean-up:\n      ttl: 2h\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(config.outbox.is_some());
+    assert_eq!(config.inbox.and_then(|i| i.clean_up).map(|c| c.ttl), Some(Duration::from_secs(7200)));
+}
+
+#[test]
+fn toml_uses_the_same_model() {
+    let config = Config::from_toml_str(
+        r#"
+[oncebox.outbox.events.order-created]
+topic = "orders"
+batch-size = 10
+
+[oncebox.outbox.events.order-created.polling]
+type = "fixed"
+fixed-delay = "1s"
+
+[oncebox.inbox.cache]
+ttl = "10m"
+"#,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let event = config.event("order-created").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(event.batch_size, 10);
+    assert_eq!(
+        event.polling,
+        Polling::Fixed { initial_delay: Duration::ZERO, delay: Duration::from_secs(1) }
+    );
+    assert_eq!(config.inbox.and_then(|i| i.cache).map(|c| c.ttl), Some(Duration::from_secs(600)));
+
+    let error = Config::from_toml_str("[oncebox.outbox.events.e]\ntopic = \"t\"\nbatch-size = 0\n")
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert_names(&error, "oncebox.outbox.events.e.batch-size");
+}
+
+#[test]
+fn unknown_keys_are_rejected_with_their_path() {
+    let message = yaml_error(&with_event("        bach-size: 10\n"));
+    assert_names(&message, "oncebox.outbox.events.order-created");
+    assert_names(&message, "bach-size");
+    let message = yaml_error("oncebox:\n  outbx:\n    events: {}\n");
+    assert_names(&message, "outbx");
+}
+
+#[test]
+fn a_bad_duration_names_its_key() {
+    let message = yaml_error(&with_event("        polling:\n          min-fixed-delay: soon\n"));
+    assert_names(&message, "oncebox.outbox.events.order-created.polling.min-fixed-delay");
+    assert_names(&message, "invalid duration 'soon'");
+    let message = yaml_error(&with_event("        backoff:\n          delay: 10\n"));
+    assert_names(&message, "oncebox.outbox.events.order-created.backoff.delay");
+}
+
+#[test]
+fn min_greater_than_max_names_the_key() {
+    let message = yaml_error(&with_event(
+        "        polling:\n          min-fixed-delay: 2m\n          max-fixed-delay: 1m\n",
+    ));
+    assert_names(&message, "oncebox.outbox.events.order-created.polling.min-fixed-delay");
+    assert_names(&message, "greater than max-fixed-delay");
+}
+
+#[test]
+fn a_multiplier_below_one_names_the_key() {
+    let message = yaml_error(&with_event("        polling:\n          multiplier: 0.5\n"));
+    assert_names(&message, "oncebox.outbox.events.order-created.polling.multiplier");
+    let message = yaml_error(&with_event("        backoff:\n          multiplier: 0.9\n"));
+    assert_names(&message, "oncebox.outbox.events.order-created.backoff.multiplier");
+}
+
+#[test]
+fn a_zero_batch_size_names_the_key() {
+    let message = yaml_error(&with_event("        batch-size: 0\n"));
+    assert_names(&message, "oncebox.outbox.events.order-created.batch-size");
+    let message = yaml_error(&format!("{}    clean-up:\n      batch-size: 0\n", with_event("")));
+    assert_names(&message, "oncebox.outbox.clean-up.batch-size");
+}
+
+#[test]
+fn a_zero_min_delay_names_the_key() {
+    let message = yaml_error(&with_event("        polling:\n          min-fixed-delay: 0s\n"));
+    assert_names(&message, "oncebox.outbox.events.order-created.polling.min-fixed-delay");
+    assert_names(&message, "busy-loops");
+}
+
+#[test]
+fn a_missing_topic_names_the_event() {
+    let message =
+        yaml_error("oncebox:\n  outbox:\n    events:\n      order-created:\n        batch-size: 5\n");
+    assert_names(&message, "oncebox.outbox.events.order-created.topic");
+    let message = yaml_error("oncebox:\n  outbox:\n    events:\n      order-created:\n        topic: '  '\n");
+    assert_names(&message, "oncebox.outbox.events.order-created.topic");
+}
+
+#[test]
+fn an_unknown_polling_type_names_the_key() {
+    let message = yaml_error(&with_event("        polling:\n          type: sometimes\n"));
+    assert_names(&message, "oncebox.outbox.events.order-created.polling.type");
+    assert_names(&message, "sometimes");
+}
+
+#[test]
+fn fixed_polling_without_fixed_delay_names_the_key() {
+    let message = yaml_error(&with_event("        polling:\n          type: fixed\n"));
+    assert_names(&message, "oncebox.outbox.events.order-created.polling.fixed-delay");
+}
+
+#[test]
+fn a_cache_ttl_longer_than_the_inbox_ttl_names_the_key() {
+    let message = yaml_error("oncebox:\n  inbox:\n    clean-up:\n      ttl: 1h\n    cache:\n      ttl: 2h\n");
+    assert_names(&message, "oncebox.inbox.cache.ttl");
+    assert_names(&message, "inbox.clean-up.ttl");
+}
+
+#[test]
+fn an_invalid_table_prefix_names_the_key() {
+    let message = yaml_error("oncebox:\n  tables:\n    prefix: 'drop table;'\n");
+    assert_names(&message, "oncebox.tables.prefix");
+}
+
+#[test]
+fn stuck_recovery_must_outlast_the_emergency_timeout() {
+    let message = yaml_error(&format!("{}    sender:\n      emergency-timeout: 10m\n", with_event("")));
+    assert_names(&message, "oncebox.outbox.stuck-recovery.max-batch-processing-time");
+}
+
+#[test]
+fn gauge_ttls_need_three_values() {
+    let message = yaml_error(&format!(
+        "{}    metrics:\n      gauge:\n        enabled: true\n        cache:\n          ttls: [1s, 2s]\n",
+        with_event("")
+    ));
+    assert_names(&message, "oncebox.outbox.metrics.gauge.cache.ttls");
+}
+
+#[test]
+fn dlq_jobs_inherit_from_the_dlq_block() {
+    let config = Config::from_yaml_str(&format!(
+        "{}    dlq:\n      enabled: true\n      batch-size: 50\n      polling:\n        min-fixed-delay: 3s\n      transfer-from:\n        batch-size: 1000\n",
+        with_event("")
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let dlq = config.outbox.and_then(|o| o.dlq).unwrap_or_else(|| panic!("dlq"));
+    assert_eq!(dlq.transfer_to.batch_size, 50);
+    assert_eq!(dlq.transfer_from.batch_size, 1000);
+    assert!(matches!(dlq.transfer_to.polling, Polling::Adaptive { min_delay, multiplier, .. }
+        if min_delay == Duration::from_secs(3) && multiplier == 10.0));
+    assert!(dlq.clean_up.is_some());
+}
+
+#[test]
+fn the_builder_validates_like_a_file() {
+    let error = Config::builder()
+        .event("e", EventSettings::new("t").batch_size(0))
+        .build()
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert_names(&error, "oncebox.outbox.events.e.batch-size");
+    let config = Config::builder()
+        .event("e", EventSettings::new("t").max_retries(1))
+        .table_prefix("shop_")
+        .build()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.tables.names.dlq, "shop_outbox_dlq_events");
+    assert_eq!(config.event("e").map(|e| e.max_retries).ok(), Some(1));
+    let unknown = config.event("nope").err().map(|e| e.to_string()).unwrap_or_default();
+    assert_names(&unknown, "'nope'");
+}
+
+#[test]
+fn lock_durations_follow_polling_by_default() {
+    let config = Config::from_yaml_str(&with_event("")).unwrap_or_else(|e| panic!("{e}"));
+    let polling = Polling::Adaptive {
+        initial_delay: Duration::ZERO,
+        min_delay: Duration::from_secs(5),
+        max_delay: Duration::from_secs(60),
+        multiplier: 2.0,
+    };
+    assert_eq!(
+        config.distributed_lock.durations_for(&polling),
+        (Duration::from_secs(5), Duration::from_secs(60))
+    );
+}

@@ -1,0 +1,197 @@
+//! The storage contracts every dialect implements: the relay's own DAOs (object safe, held as
+//! `Arc<dyn …>`) and the write side that joins the caller's transaction (generic over the driver's
+//! transaction type).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+use crate::error::Result;
+use crate::event::{
+    ClaimedBatch, DlqCounts, DlqEvent, DlqFilter, DlqSelection, DlqStatus, JobLease, NewOutboxEvent,
+    OutboxCounts, OutboxEvent, SettleReport, Settlement,
+};
+use crate::tables::TableNames;
+
+/// The relay's access to the outbox table.
+#[async_trait]
+pub trait OutboxDao: Send + Sync {
+    /// Claims up to `limit` due PENDING rows of `event_type`, oldest `next_retry_at` first, marking
+    /// them IN_PROCESS with one fresh claim token and `updated_at` = the database's now. Rows locked
+    /// by a concurrent claimer are skipped, never shared.
+    async fn claim(&self, event_type: &str, limit: u32) -> Result<ClaimedBatch>;
+
+    /// Ends the claim of the given rows. Each update only touches a row that is still IN_PROCESS with
+    /// `batch.claim_token`; the others are counted as refused.
+    async fn settle(&self, batch: &ClaimedBatch, settlements: &[Settlement]) -> Result<SettleReport>;
+
+    /// Returns up to `limit` rows IN_PROCESS for longer than `older_than` to PENDING, clearing the
+    /// claim token and keeping `attempts`.
+    async fn recover_stuck(&self, older_than: Duration, limit: u32) -> Result<u64>;
+
+    /// Deletes up to `limit` PROCESSED rows last updated more than `older_than` ago.
+    async fn delete_processed(&self, older_than: Duration, limit: u32) -> Result<u64>;
+
+    /// Reads one row (for tests, tools and the DLQ API).
+    async fn get(&self, id: Uuid) -> Result<Option<OutboxEvent>>;
+
+    /// Row counts per type and status.
+    async fn counts(&self) -> Result<OutboxCounts>;
+}
+
+/// The relay's and the DLQ API's access to the dead letter queue table.
+#[async_trait]
+pub trait DlqDao: Send + Sync {
+    /// In one transaction: moves up to `limit` FAILED outbox rows into the DLQ as MOVED (same id,
+    /// same data) and deletes them from the outbox. Returns the moved rows.
+    async fn transfer_to_dlq(&self, limit: u32) -> Result<Vec<OutboxEvent>>;
+
+    /// In one transaction: moves up to `limit` TO_RETRY DLQ rows back into the outbox as PENDING with
+    /// 0 attempts (same id), and deletes them from the DLQ. Returns how many moved.
+    async fn transfer_from_dlq(&self, limit: u32) -> Result<u64>;
+
+    /// Deletes up to `limit` RESOLVED rows last updated more than `older_than` ago.
+    async fn delete_resolved(&self, older_than: Duration, limit: u32) -> Result<u64>;
+
+    /// Reads one DLQ row.
+    async fn get(&self, id: Uuid) -> Result<Option<DlqEvent>>;
+
+    /// Lists rows matching `filter`, ordered by `moved_at, id`, `limit` rows after skipping `offset`.
+    async fn list(&self, filter: &DlqFilter, offset: u64, limit: u32) -> Result<Vec<DlqEvent>>;
+
+    /// Counts rows matching `filter`.
+    async fn count(&self, filter: &DlqFilter) -> Result<u64>;
+
+    /// Sets `status` on the selected rows that are not IN_PROCESS; refuses IN_PROCESS as a target.
+    /// Returns how many rows changed.
+    async fn set_status(&self, selection: &DlqSelection, status: DlqStatus) -> Result<u64>;
+
+    /// Deletes the selected rows that are not IN_PROCESS. Returns how many were deleted.
+    async fn delete(&self, selection: &DlqSelection) -> Result<u64>;
+
+    /// Row counts per type and DLQ status.
+    async fn counts(&self) -> Result<DlqCounts>;
+}
+
+/// The inbox table outside any caller transaction.
+#[async_trait]
+pub trait InboxDao: Send + Sync {
+    /// Records `(consumer, id)`; `true` when it was new, `false` when it was already there.
+    async fn record(&self, consumer: &str, id: Uuid) -> Result<bool>;
+
+    /// Records several ids; returns the ones that were new, in input order.
+    async fn record_many(&self, consumer: &str, ids: &[Uuid]) -> Result<Vec<Uuid>>;
+
+    /// Removes a record (the non-transactional consumer's effect failed before it happened).
+    async fn forget(&self, consumer: &str, id: Uuid) -> Result<bool>;
+
+    /// Which of `ids` are already recorded for `consumer`.
+    async fn consumed(&self, consumer: &str, ids: &[Uuid]) -> Result<Vec<Uuid>>;
+
+    /// Deletes up to `limit` records older than `older_than`, over all consumers.
+    async fn delete_older_than(&self, older_than: Duration, limit: u32) -> Result<u64>;
+}
+
+/// A ShedLock-style lease on a named job, shared by every instance through the database.
+#[async_trait]
+pub trait JobLock: Send + Sync {
+    /// Takes the lease on `job` for `owner` when it is free (its `locked_until` has passed on the
+    /// database clock), holding it at most `lock_at_most_for`. Creates the job's row on first use.
+    async fn try_lock(
+        &self,
+        job: &str,
+        owner: Uuid,
+        lock_at_least_for: Duration,
+        lock_at_most_for: Duration,
+    ) -> Result<Option<JobLease>>;
+
+    /// Releases a lease: `locked_until` becomes the later of now and acquisition + at-least.
+    /// A lease that is no longer the owner's changes nothing.
+    async fn unlock(&self, lease: &JobLease) -> Result<()>;
+}
+
+/// Writes outbox rows inside the caller's open transaction, given as `Tx` (e.g.
+/// `&mut sqlx::Transaction<'_, Sqlite>`). It never begins or commits.
+pub trait OutboxWriter<Tx>: Send + Sync {
+    /// Inserts `events` (one statement for a batch where the driver allows).
+    fn write(&self, tx: Tx, events: &[NewOutboxEvent]) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// Records inbox ids inside the caller's open transaction.
+pub trait InboxWriter<Tx: ?Sized>: Send + Sync {
+    /// Records `(consumer, id)` in `tx`; `true` when it was new.
+    fn record(&self, tx: &mut Tx, consumer: &str, id: Uuid) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Records several ids in `tx`; returns the new ones in input order.
+    fn record_many(
+        &self,
+        tx: &mut Tx,
+        consumer: &str,
+        ids: &[Uuid],
+    ) -> impl Future<Output = Result<Vec<Uuid>>> + Send;
+}
+
+/// Which tables the engine needs, for auto-create.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SchemaPlan {
+    /// `outbox_events` (publisher side).
+    pub outbox: bool,
+    /// `outbox_dlq_events` (DLQ enabled).
+    pub dlq: bool,
+    /// `outbox_consumed_events` (inbox side).
+    pub inbox: bool,
+    /// `outbox_jobs` (any clean-up under a job lock).
+    pub jobs: bool,
+}
+
+/// A hint that an event type has new rows (e.g. PostgreSQL NOTIFY). Polling stays the
+/// correctness backstop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WakeUp {
+    /// New rows of this event type were committed.
+    EventType(String),
+    /// Hints may have been lost (listener reconnected): poll every type now.
+    All,
+}
+
+/// A stream of wake-up hints provided by a dialect.
+#[async_trait]
+pub trait WakeSource: Send {
+    /// The next hint; `None` when the source has ended for good.
+    async fn next(&mut self) -> Option<WakeUp>;
+}
+
+/// Everything a database backend provides, assembled by the facade's builder.
+#[async_trait]
+pub trait Dialect: Send + Sync + 'static {
+    /// The write side; implements [`OutboxWriter`] and [`InboxWriter`] for the driver's transactions.
+    type Writer: Send + Sync + 'static;
+
+    /// Short name for logs (`"sqlite"`, `"postgres"`, …).
+    fn name(&self) -> &'static str;
+
+    /// Uses these table names (from `oncebox.tables.prefix`) for every statement.
+    fn use_tables(&mut self, tables: &TableNames);
+
+    /// Creates the planned tables and indexes if they do not exist (idempotent).
+    async fn create_schema(&self, plan: SchemaPlan) -> Result<()>;
+
+    /// The outbox DAO.
+    fn outbox_dao(&self) -> Arc<dyn OutboxDao>;
+    /// The DLQ DAO.
+    fn dlq_dao(&self) -> Arc<dyn DlqDao>;
+    /// The inbox DAO.
+    fn inbox_dao(&self) -> Arc<dyn InboxDao>;
+    /// The job lock.
+    fn job_lock(&self) -> Arc<dyn JobLock>;
+    /// The write side.
+    fn writer(&self) -> Self::Writer;
+
+    /// Wake-up hints, when the database can send them.
+    async fn wake_source(&self) -> Result<Option<Box<dyn WakeSource>>> {
+        Ok(None)
+    }
+}

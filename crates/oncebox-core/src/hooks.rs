@@ -1,0 +1,83 @@
+//! Optional hooks the engine and the inbox call: metrics recording and the consumed-id cache.
+//! Both default to no-ops; `oncebox-metrics` and `oncebox-cache` implement them.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+/// How one task run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskOutcome {
+    /// The run finished; `full` when it processed a whole batch.
+    Succeeded {
+        /// Whether the run processed a full batch (more work is likely waiting).
+        full: bool,
+    },
+    /// The run returned an error (logged by the engine).
+    Failed,
+    /// A clean-up run skipped because another instance holds the job lock.
+    Skipped,
+}
+
+/// What happened in the inbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InboxOutcome {
+    /// The effect ran and its id was recorded.
+    Consumed,
+    /// The id was already recorded; the effect was skipped.
+    Duplicate,
+    /// The operation failed; nothing was recorded.
+    Failed,
+    /// Old records removed by clean-up.
+    Cleaned,
+}
+
+/// Recording hooks; every method has an empty default body.
+pub trait OutboxMetrics: Send + Sync {
+    /// A task run (a poll of an event type or a background job) starts.
+    fn task_started(&self, _task: &str) {}
+    /// A task run ended.
+    fn task_finished(&self, _task: &str, _elapsed: Duration, _outcome: TaskOutcome) {}
+    /// The delay before the task's next run changed.
+    fn polling_delay(&self, _task: &str, _delay: Duration) {}
+    /// Settled a batch of `event_type`.
+    fn events_settled(&self, _event_type: &str, _delivered: u64, _retried: u64, _failed: u64) {}
+    /// Settles refused because the rows no longer held the batch's claim token.
+    fn settles_refused(&self, _event_type: &str, _count: u64) {}
+    /// A background job moved, recovered or deleted `count` rows (`job` is its task name).
+    fn job_rows(&self, _job: &str, _count: u64) {}
+    /// Inbox activity for `consumer`.
+    fn inbox(&self, _consumer: &str, _outcome: InboxOutcome, _count: u64) {}
+    /// A consumed-id cache lookup.
+    fn cache_lookup(&self, _hit: bool) {}
+}
+
+/// The default metrics hook: records nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoMetrics;
+
+impl OutboxMetrics for NoMetrics {}
+
+/// An accelerator in front of the inbox table. The table's primary key stays authoritative: a
+/// cache that fails should answer "not cached" (fail open to the database).
+#[async_trait]
+pub trait ConsumedCache: Send + Sync {
+    /// Whether `(consumer, id)` is known to be consumed.
+    async fn contains(&self, consumer: &str, id: Uuid) -> bool;
+    /// Remembers `(consumer, id)` as consumed; called only after the consumption is durable.
+    async fn insert(&self, consumer: &str, id: Uuid);
+}
+
+/// The default cache: remembers nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoCache;
+
+#[async_trait]
+impl ConsumedCache for NoCache {
+    async fn contains(&self, _consumer: &str, _id: Uuid) -> bool {
+        false
+    }
+
+    async fn insert(&self, _consumer: &str, _id: Uuid) {}
+}

@@ -1,0 +1,43 @@
+//! The core of oncebox: domain types, the storage and transport traits, configuration, the relay
+//! engine, the publisher and the inbox. It depends on no database driver and no broker client;
+//! dialect crates (`oncebox-sqlite`, `oncebox-postgres`, …) and transport crates
+//! (`oncebox-kafka`, `oncebox-rabbit`) implement its traits, and the `oncebox` facade assembles
+//! them.
+//!
+//! ```
+//! use oncebox_core::{Config, retry::{decide, RetryDecision}};
+//! use std::time::Duration;
+//!
+//! let config = Config::from_yaml_str("oncebox:\n  outbox:\n    events:\n      order-created:\n        topic: orders\n")?;
+//! let event = config.event("order-created")?;
+//! // max-retries 3: the first failed send is retried after 10 s, …, the fourth gives up.
+//! assert_eq!(decide(1, event.max_retries, &event.backoff), RetryDecision::RetryAfter(Duration::from_secs(10)));
+//! assert_eq!(decide(4, event.max_retries, &event.backoff), RetryDecision::GiveUp);
+//! # Ok::<(), oncebox_core::Error>(())
+//! ```
+#![deny(missing_docs)]
+
+pub mod config;
+pub mod dao;
+pub mod error;
+pub mod event;
+pub mod hooks;
+pub mod polling;
+pub mod retry;
+pub mod sender;
+pub mod serializer;
+pub mod tables;
+
+pub use config::Config;
+pub use dao::{
+    Dialect, DlqDao, InboxDao, InboxWriter, JobLock, OutboxDao, OutboxWriter, SchemaPlan, WakeSource, WakeUp,
+};
+pub use error::{Error, ErrorKind, Result};
+pub use event::{
+    ClaimedBatch, DlqEvent, DlqStatus, EventStatus, Headers, NewOutboxEvent, OutboundMessage, OutboxEvent,
+    SettleReport, Settlement,
+};
+pub use hooks::{ConsumedCache, NoCache, NoMetrics, OutboxMetrics};
+pub use sender::{SendError, Sender};
+pub use serializer::{JsonSerializer, SerializedEvent, Serializer, UuidGenerator, UuidV7Generator};
+pub use tables::TableNames;

@@ -1,0 +1,107 @@
+//! The retry rule: how many sends an event gets and how long it waits between them.
+
+use std::time::Duration;
+
+use crate::config::Backoff;
+
+/// What to do with an event whose send just failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryDecision {
+    /// Try again after this delay (zero: at the next poll).
+    RetryAfter(Duration),
+    /// Retries are exhausted: mark FAILED.
+    GiveUp,
+}
+
+/// Decides the fate of an event that has now been sent `attempts` times (counting the send that
+/// just failed) with `max_retries` retries allowed: `max_retries: 3` means 1 + 3 sends, then FAILED.
+pub fn decide(attempts: u32, max_retries: u32, backoff: &Backoff) -> RetryDecision {
+    if attempts > max_retries {
+        RetryDecision::GiveUp
+    } else {
+        RetryDecision::RetryAfter(backoff.delay_before_retry(attempts))
+    }
+}
+
+impl Backoff {
+    /// The delay before retry `retry` (1, 2, …): `delay × multiplier^(retry-1)`, computed in
+    /// floating-point milliseconds, capped by `max_delay` and then jittered downwards by up to
+    /// `jitter` of itself. Never overflows; disabled backoff gives zero.
+    pub fn delay_before_retry(&self, retry: u32) -> Duration {
+        if !self.enabled {
+            return Duration::ZERO;
+        }
+        let exponent = retry.saturating_sub(1).min(i32::MAX as u32) as i32;
+        let uncapped_ms = self.delay.as_secs_f64() * 1000.0 * self.multiplier.powi(exponent);
+        let cap_ms = self.max_delay.as_secs_f64() * 1000.0;
+        let capped_ms = if uncapped_ms.is_finite() { uncapped_ms.min(cap_ms) } else { cap_ms };
+        let jittered_ms =
+            if self.jitter > 0.0 { capped_ms * (1.0 - self.jitter * fastrand::f64()) } else { capped_ms };
+        Duration::from_millis(jittered_ms.max(0.0).round() as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backoff(delay_s: u64, multiplier: f64) -> Backoff {
+        Backoff {
+            enabled: true,
+            delay: Duration::from_secs(delay_s),
+            multiplier,
+            max_delay: Duration::from_secs(3600),
+            jitter: 0.0,
+        }
+    }
+
+    #[test]
+    fn defaults_give_10_30_90_seconds_then_failed() {
+        let defaults = Backoff::default();
+        let decisions: Vec<RetryDecision> = (1..=4).map(|attempts| decide(attempts, 3, &defaults)).collect();
+        assert_eq!(
+            decisions,
+            vec![
+                RetryDecision::RetryAfter(Duration::from_secs(10)),
+                RetryDecision::RetryAfter(Duration::from_secs(30)),
+                RetryDecision::RetryAfter(Duration::from_secs(90)),
+                RetryDecision::GiveUp,
+            ]
+        );
+    }
+
+    #[test]
+    fn zero_max_retries_fails_on_the_first_failure() {
+        assert_eq!(decide(1, 0, &Backoff::default()), RetryDecision::GiveUp);
+    }
+
+    #[test]
+    fn fractional_multipliers_and_sub_second_delays_are_not_truncated() {
+        let half_second = Backoff { delay: Duration::from_millis(500), ..backoff(0, 1.5) };
+        assert_eq!(half_second.delay_before_retry(1), Duration::from_millis(500));
+        assert_eq!(half_second.delay_before_retry(2), Duration::from_millis(750));
+        assert_eq!(half_second.delay_before_retry(3), Duration::from_millis(1125));
+    }
+
+    #[test]
+    fn huge_exponents_are_capped_not_overflowed() {
+        let steep = backoff(10, 1000.0);
+        assert_eq!(steep.delay_before_retry(u32::MAX), Duration::from_secs(3600));
+        assert_eq!(steep.delay_before_retry(400), Duration::from_secs(3600));
+    }
+
+    #[test]
+    fn jitter_only_shortens_within_its_fraction() {
+        let jittered = Backoff { jitter: 0.2, ..backoff(10, 1.0) };
+        for _ in 0..100 {
+            let delay = jittered.delay_before_retry(1);
+            assert!(delay <= Duration::from_secs(10) && delay >= Duration::from_secs(8), "{delay:?}");
+        }
+    }
+
+    #[test]
+    fn disabled_backoff_retries_at_the_next_poll() {
+        let disabled = Backoff { enabled: false, ..Backoff::default() };
+        assert_eq!(decide(2, 3, &disabled), RetryDecision::RetryAfter(Duration::ZERO));
+    }
+}
