@@ -195,3 +195,24 @@ pub trait Dialect: Send + Sync + 'static {
         Ok(None)
     }
 }
+
+impl<W: OutboxWriter<Tx> + Send + Sync, Tx> OutboxWriter<Tx> for Arc<W> {
+    fn write(&self, tx: Tx, events: &[NewOutboxEvent]) -> impl Future<Output = Result<()>> + Send {
+        (**self).write(tx, events)
+    }
+}
+
+impl<W: InboxWriter<Tx> + Send + Sync, Tx: ?Sized> InboxWriter<Tx> for Arc<W> {
+    fn record(&self, tx: &mut Tx, consumer: &str, id: Uuid) -> impl Future<Output = Result<bool>> + Send {
+        (**self).record(tx, consumer, id)
+    }
+
+    fn record_many(
+        &self,
+        tx: &mut Tx,
+        consumer: &str,
+        ids: &[Uuid],
+    ) -> impl Future<Output = Result<Vec<Uuid>>> + Send {
+        (**self).record_many(tx, consumer, ids)
+    }
+}

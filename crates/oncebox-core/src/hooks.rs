@@ -81,3 +81,30 @@ impl ConsumedCache for NoCache {
 
     async fn insert(&self, _consumer: &str, _id: Uuid) {}
 }
+
+/// Called after each committed transfer-to-DLQ batch with the rows that moved (e.g. to alert a
+/// person). Errors are the handler's own business: it cannot undo the transfer.
+#[async_trait]
+pub trait DlqHandler: Send + Sync {
+    /// The rows now waiting in the DLQ as MOVED.
+    async fn handle(&self, moved: &[crate::event::OutboxEvent]);
+}
+
+/// The default DLQ handler: logs each moved id at error level.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LogDlqHandler;
+
+#[async_trait]
+impl DlqHandler for LogDlqHandler {
+    async fn handle(&self, moved: &[crate::event::OutboxEvent]) {
+        for event in moved {
+            tracing::error!(
+                event_id = %event.id,
+                event_type = %event.event_type,
+                attempts = event.attempts,
+                last_error = event.last_error.as_deref().unwrap_or(""),
+                "event moved to the dead letter queue after exhausting its retries"
+            );
+        }
+    }
+}

@@ -19,10 +19,13 @@
 
 pub mod config;
 pub mod dao;
+pub mod engine;
 pub mod error;
 pub mod event;
 pub mod hooks;
+pub mod inbox;
 pub mod polling;
+pub mod publisher;
 pub mod retry;
 pub mod sender;
 pub mod serializer;
@@ -32,12 +35,16 @@ pub use config::Config;
 pub use dao::{
     Dialect, DlqDao, InboxDao, InboxWriter, JobLock, OutboxDao, OutboxWriter, SchemaPlan, WakeSource, WakeUp,
 };
+pub use engine::{Engine, EngineHandle, EngineParts, Lifecycle, StatsSnapshot};
 pub use error::{Error, ErrorKind, Result};
 pub use event::{
     ClaimedBatch, DlqEvent, DlqStatus, EventStatus, Headers, NewOutboxEvent, OutboundMessage, OutboxEvent,
     SettleReport, Settlement,
 };
 pub use hooks::{ConsumedCache, NoCache, NoMetrics, OutboxMetrics};
+pub use hooks::{DlqHandler, LogDlqHandler};
+pub use inbox::{ConsumeError, Consumed, Inbox};
+pub use publisher::{EventMeta, Publisher};
 pub use sender::{SendError, Sender};
 pub use serializer::{JsonSerializer, SerializedEvent, Serializer, UuidGenerator, UuidV7Generator};
 pub use tables::TableNames;

@@ -134,7 +134,10 @@ fn resolve_outbox(raw: &RawOutbox) -> Result<OutboxConfig> {
             Some(topic) if !topic.is_empty() => topic.to_owned(),
             Some(_) => return Err(Error::config(format!("{path}.topic"), "must not be blank")),
             None => {
-                return Err(Error::config(format!("{path}.topic"), "missing: every event type needs a topic"));
+                return Err(Error::config(
+                    format!("{path}.topic"),
+                    "missing: every event type needs a topic",
+                ));
             }
         };
         let batch_size = batch_size(settings.batch_size.or(defaults.batch_size).unwrap_or(200), &path)?;

@@ -1,0 +1,256 @@
+//! Engine behaviour on tokio's paused clock, with scripted DAOs and senders.
+
+use std::sync::Mutex;
+use std::sync::atomic::AtomicUsize;
+
+use async_trait::async_trait;
+use chrono::Utc;
+use tokio::time::Instant as TokioInstant;
+
+use super::*;
+use crate::config::{ConfigBuilder, EventSettings};
+use crate::event::{ClaimedBatch, EventStatus, OutboxCounts, OutboxEvent, SettleReport, Settlement};
+use crate::sender::SendError;
+
+/// An outbox of `pending` identical rows that records when each claim happened.
+#[derive(Default)]
+struct ScriptedOutbox {
+    pending: Mutex<u64>,
+    claims: Mutex<Vec<TokioInstant>>,
+    refuse_settles: bool,
+    panic_on_claim: bool,
+}
+
+impl ScriptedOutbox {
+    fn with_pending(pending: u64) -> Self {
+        Self { pending: Mutex::new(pending), ..Self::default() }
+    }
+
+    fn claim_times(&self) -> Vec<TokioInstant> {
+        self.claims.lock().map(|c| c.clone()).unwrap_or_default()
+    }
+}
+
+fn event(event_type: &str) -> OutboxEvent {
+    let now = Utc::now();
+    OutboxEvent {
+        id: Uuid::now_v7(),
+        event_type: event_type.to_owned(),
+        payload: "{}".into(),
+        payload_type: "Test".into(),
+        headers: Default::default(),
+        partition_key: None,
+        status: EventStatus::InProcess,
+        attempts: 0,
+        next_retry_at: now,
+        created_at: now,
+        updated_at: now,
+        processed_at: None,
+        last_error: None,
+        claim_token: None,
+    }
+}
+
+#[async_trait]
+impl OutboxDao for ScriptedOutbox {
+    async fn claim(&self, event_type: &str, limit: u32) -> Result<ClaimedBatch> {
+        assert!(!self.panic_on_claim, "scripted claim failure");
+        if let Ok(mut claims) = self.claims.lock() {
+            claims.push(TokioInstant::now());
+        }
+        let take = {
+            let mut pending = self.pending.lock().map_err(|_| Error::new(ErrorKind::Other, "poisoned"))?;
+            let take = (*pending).min(u64::from(limit));
+            *pending -= take;
+            take
+        };
+        Ok(ClaimedBatch {
+            event_type: event_type.to_owned(),
+            claim_token: Uuid::now_v7(),
+            events: (0..take).map(|_| event(event_type)).collect(),
+        })
+    }
+
+    async fn settle(&self, _batch: &ClaimedBatch, settlements: &[Settlement]) -> Result<SettleReport> {
+        let n = settlements.len() as u64;
+        Ok(if self.refuse_settles {
+            SettleReport { settled: 0, refused: n }
+        } else {
+            SettleReport { settled: n, refused: 0 }
+        })
+    }
+
+    async fn recover_stuck(&self, _older_than: Duration, _limit: u32) -> Result<u64> {
+        Ok(0)
+    }
+
+    async fn delete_processed(&self, _older_than: Duration, _limit: u32) -> Result<u64> {
+        Ok(0)
+    }
+
+    async fn get(&self, _id: Uuid) -> Result<Option<OutboxEvent>> {
+        Ok(None)
+    }
+
+    async fn counts(&self) -> Result<OutboxCounts> {
+        Ok(OutboxCounts::default())
+    }
+}
+
+/// Acknowledges everything after `delay`, tracking the most batches in flight at once.
+#[derive(Default)]
+struct CountingSender {
+    delay: Duration,
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+}
+
+#[async_trait]
+impl Sender for CountingSender {
+    async fn send(&self, batch: &[crate::event::OutboundMessage]) -> Vec<Result<(), SendError>> {
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(self.delay).await;
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        batch.iter().map(|_| Ok(())).collect()
+    }
+}
+
+fn outbox_only(builder: ConfigBuilder) -> Config {
+    builder.processed_clean_up(None).build().unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn start(config: Config, outbox: Arc<ScriptedOutbox>, sender: Arc<dyn Sender>) -> EngineHandle {
+    let mut parts = EngineParts::new(config);
+    parts.outbox = Some(outbox);
+    parts.sender = Some(sender);
+    Engine::start(parts).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_hour_costs_about_70_polls_and_the_delay_caps_after_14() {
+    let outbox = Arc::new(ScriptedOutbox::default());
+    let config = outbox_only(Config::builder().event("e", EventSettings::new("t")));
+    let engine = start(config, outbox.clone(), Arc::new(CountingSender::default()));
+    let started = TokioInstant::now();
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    let claims: Vec<Duration> = outbox.claim_times().iter().map(|t| t.duration_since(started)).collect();
+    assert!((68..=74).contains(&claims.len()), "{} polls in an idle hour", claims.len());
+    let gaps: Vec<Duration> = claims.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(gaps[12] < Duration::from_secs(60), "gap after 13 empty polls: {:?}", gaps[12]);
+    assert_eq!(gaps[13], Duration::from_secs(60), "gap after 14 empty polls");
+    assert!(gaps[14..].iter().all(|gap| *gap == Duration::from_secs(60)));
+    engine.shutdown(Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_backlog_drains_without_waiting_between_full_batches() {
+    let outbox = Arc::new(ScriptedOutbox::with_pending(1000));
+    let config = outbox_only(Config::builder().event("e", EventSettings::new("t").batch_size(200)));
+    let engine = start(config, outbox.clone(), Arc::new(CountingSender::default()));
+    let started = TokioInstant::now();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let claims = outbox.claim_times();
+    // Five full batches and the empty claim that ends the drain, all at the start instant.
+    assert!(claims.len() >= 6, "{} claims", claims.len());
+    assert!(claims[..6].iter().all(|t| *t == started), "full batches waited: {:?}", claims);
+    assert_eq!(engine.stats().delivered, 1000);
+    engine.shutdown(Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn wake_cuts_a_long_sleep_short() {
+    let outbox = Arc::new(ScriptedOutbox::default());
+    let slow = crate::config::Polling::Adaptive {
+        initial_delay: Duration::ZERO,
+        min_delay: Duration::from_secs(5),
+        max_delay: Duration::from_secs(60),
+        multiplier: 2.0,
+    };
+    let config = outbox_only(Config::builder().event("e", EventSettings::new("t").polling(slow)));
+    let engine = start(config, outbox.clone(), Arc::new(CountingSender::default()));
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    let before = outbox.claim_times().len();
+    let woken_at = TokioInstant::now();
+    assert!(engine.wake("e"));
+    assert!(!engine.wake("unknown"));
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let claims = outbox.claim_times();
+    assert_eq!(claims.len(), before + 1, "the wake-up should poll at once");
+    assert!(claims[before].duration_since(woken_at) < Duration::from_millis(1));
+    engine.shutdown(Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn thread_pool_size_bounds_concurrent_runs() {
+    let outbox = Arc::new(ScriptedOutbox::with_pending(10_000));
+    let sender = Arc::new(CountingSender { delay: Duration::from_millis(100), ..CountingSender::default() });
+    let config = outbox_only(
+        Config::builder()
+            .thread_pool_size(2)
+            .event("a", EventSettings::new("t").batch_size(10))
+            .event("b", EventSettings::new("t").batch_size(10))
+            .event("c", EventSettings::new("t").batch_size(10))
+            .event("d", EventSettings::new("t").batch_size(10)),
+    );
+    let engine = start(config, outbox.clone(), sender.clone());
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(sender.max_in_flight.load(Ordering::SeqCst), 2);
+    engine.shutdown(Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn refused_settles_are_reported() {
+    let outbox = Arc::new(ScriptedOutbox { refuse_settles: true, ..ScriptedOutbox::with_pending(3) });
+    let config = outbox_only(Config::builder().event("e", EventSettings::new("t")));
+    let engine = start(config, outbox, Arc::new(CountingSender::default()));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(engine.stats().refused_settles, 3);
+    engine.shutdown(Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn lifecycle_runs_stops_and_fails_when_a_task_dies() {
+    let outbox = Arc::new(ScriptedOutbox::default());
+    let config = outbox_only(Config::builder().event("e", EventSettings::new("t")));
+    let engine = start(config.clone(), outbox, Arc::new(CountingSender::default()));
+    assert_eq!(engine.state(), Lifecycle::Running);
+    engine.shutdown(Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(engine.state(), Lifecycle::Stopped);
+
+    let dying = Arc::new(ScriptedOutbox { panic_on_claim: true, ..ScriptedOutbox::default() });
+    let engine = start(config, dying, Arc::new(CountingSender::default()));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(matches!(engine.state(), Lifecycle::Failed(reason) if reason.contains("panicked")));
+    engine.shutdown(Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(engine.state(), Lifecycle::Stopped);
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_waits_for_the_batch_in_flight_then_gives_up_at_the_deadline() {
+    let outbox = Arc::new(ScriptedOutbox::with_pending(5));
+    let sender = Arc::new(CountingSender { delay: Duration::from_secs(2), ..CountingSender::default() });
+    let config = outbox_only(Config::builder().event("e", EventSettings::new("t")));
+    let engine = start(config.clone(), outbox, sender);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    engine.shutdown(Duration::from_secs(10)).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(engine.stats().delivered, 5, "the in-flight batch settles before shutdown returns");
+
+    let outbox = Arc::new(ScriptedOutbox::with_pending(5));
+    let stuck_sender =
+        Arc::new(CountingSender { delay: Duration::from_secs(100), ..CountingSender::default() });
+    let engine = start(config, outbox, stuck_sender);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let error = engine.shutdown(Duration::from_secs(1)).await.err().map(|e| e.kind());
+    assert_eq!(error, Some(ErrorKind::Timeout));
+    assert_eq!(engine.state(), Lifecycle::Stopped);
+}
+
+#[tokio::test]
+async fn starting_without_a_sender_is_an_error() {
+    let config = outbox_only(Config::builder().event("e", EventSettings::new("t")));
+    let mut parts = EngineParts::new(config);
+    parts.outbox = Some(Arc::new(ScriptedOutbox::default()));
+    let error = Engine::start(parts).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(error.contains("no sender"), "{error}");
+}

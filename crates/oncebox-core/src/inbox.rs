@@ -1,0 +1,512 @@
+//! The inbox: each consumer's effect happens once per event id.
+//!
+//! Two flavours, one rule each:
+//! * **transactional** ([`Inbox::consume_in`]) — the id is recorded in the caller's transaction
+//!   together with the effect, so both commit or neither does;
+//! * **non-transactional** ([`Inbox::consume_once`]) — for effects that cannot be undone (an
+//!   email): the id is recorded first, so a crash can miss an effect but never repeat it. When the
+//!   effect returns an error the record is removed again, so a redelivery tries it once more.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::Arc;
+
+use uuid::Uuid;
+
+use crate::dao::{InboxDao, InboxWriter};
+use crate::error::Error;
+use crate::hooks::{ConsumedCache, InboxOutcome, NoCache, NoMetrics, OutboxMetrics};
+
+/// What a consume call did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Consumed<R> {
+    /// The effect ran (for a batch: on the new messages) and returned this.
+    Applied(R),
+    /// Already consumed by this consumer: the effect was skipped.
+    Duplicate,
+}
+
+impl<R> Consumed<R> {
+    /// Whether the effect ran.
+    pub fn is_applied(&self) -> bool {
+        matches!(self, Consumed::Applied(_))
+    }
+}
+
+/// A consume call failed: in the inbox itself, or in the caller's effect.
+#[derive(Debug)]
+pub enum ConsumeError<E> {
+    /// Recording or checking the id failed; the effect did not run.
+    Inbox(Error),
+    /// The effect failed. In the transactional flavour, roll the transaction back.
+    Handler(E),
+}
+
+impl<E: fmt::Display> fmt::Display for ConsumeError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConsumeError::Inbox(error) => write!(f, "inbox: {error}"),
+            ConsumeError::Handler(error) => write!(f, "handler: {error}"),
+        }
+    }
+}
+
+impl<E: std::error::Error + 'static> std::error::Error for ConsumeError<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ConsumeError::Inbox(error) => Some(error),
+            ConsumeError::Handler(error) => Some(error),
+        }
+    }
+}
+
+/// One consumer's view of the inbox. Records are keyed by `(consumer, id)`, so two consumers in a
+/// service both handle the same event.
+pub struct Inbox<W> {
+    consumer: Arc<str>,
+    dao: Arc<dyn InboxDao>,
+    writer: W,
+    cache: Arc<dyn ConsumedCache>,
+    metrics: Arc<dyn OutboxMetrics>,
+}
+
+impl<W: Clone> Clone for Inbox<W> {
+    fn clone(&self) -> Self {
+        Self {
+            consumer: self.consumer.clone(),
+            dao: self.dao.clone(),
+            writer: self.writer.clone(),
+            cache: self.cache.clone(),
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+impl<W> fmt::Debug for Inbox<W> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Inbox").field("consumer", &self.consumer).finish_non_exhaustive()
+    }
+}
+
+impl<W> Inbox<W> {
+    /// An inbox for `consumer` without cache or metrics.
+    pub fn new(consumer: impl Into<String>, dao: Arc<dyn InboxDao>, writer: W) -> Self {
+        Self {
+            consumer: Arc::from(consumer.into()),
+            dao,
+            writer,
+            cache: Arc::new(NoCache),
+            metrics: Arc::new(NoMetrics),
+        }
+    }
+
+    /// Puts a consumed-id cache in front of single-event calls.
+    #[must_use]
+    pub fn with_cache(mut self, cache: Arc<dyn ConsumedCache>) -> Self {
+        self.cache = cache;
+        self
+    }
+
+    /// Records inbox metrics.
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Arc<dyn OutboxMetrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// The consumer name.
+    pub fn consumer(&self) -> &str {
+        &self.consumer
+    }
+
+    async fn cached(&self, id: Uuid) -> bool {
+        let hit = self.cache.contains(&self.consumer, id).await;
+        self.metrics.cache_lookup(hit);
+        hit
+    }
+
+    fn count(&self, outcome: InboxOutcome, count: usize) {
+        if count > 0 {
+            self.metrics.inbox(&self.consumer, outcome, count as u64);
+        }
+    }
+
+    /// Transactional consumption: records `id` in `tx`, then runs `effect` in the same `tx`.
+    /// Commit `tx` after `Applied` or `Duplicate`; roll it back after an error.
+    ///
+    /// The cache is consulted first but filled only for duplicates (already committed); after
+    /// committing an `Applied` call, [`remember`](Self::remember) fills it.
+    pub async fn consume_in<Tx, R, E, F>(
+        &self,
+        tx: &mut Tx,
+        id: Uuid,
+        effect: F,
+    ) -> Result<Consumed<R>, ConsumeError<E>>
+    where
+        Tx: ?Sized,
+        W: InboxWriter<Tx>,
+        F: AsyncFnOnce(&mut Tx) -> Result<R, E>,
+    {
+        if self.cached(id).await {
+            self.count(InboxOutcome::Duplicate, 1);
+            return Ok(Consumed::Duplicate);
+        }
+        let new = self.writer.record(tx, &self.consumer, id).await.map_err(ConsumeError::Inbox)?;
+        if !new {
+            self.cache.insert(&self.consumer, id).await;
+            self.count(InboxOutcome::Duplicate, 1);
+            return Ok(Consumed::Duplicate);
+        }
+        match effect(tx).await {
+            Ok(value) => {
+                self.count(InboxOutcome::Consumed, 1);
+                Ok(Consumed::Applied(value))
+            }
+            Err(error) => {
+                self.count(InboxOutcome::Failed, 1);
+                Err(ConsumeError::Handler(error))
+            }
+        }
+    }
+
+    /// Transactional batch consumption: records every id in `tx` and runs `effect` once with the
+    /// messages not consumed before, in their original order (a repeated id within the batch counts
+    /// once, first occurrence). `Duplicate` when nothing is new. Bypasses the cache.
+    pub async fn consume_all_in<Tx, M, R, E, F>(
+        &self,
+        tx: &mut Tx,
+        messages: Vec<M>,
+        id_of: impl Fn(&M) -> Uuid,
+        effect: F,
+    ) -> Result<Consumed<R>, ConsumeError<E>>
+    where
+        Tx: ?Sized,
+        W: InboxWriter<Tx>,
+        F: AsyncFnOnce(&mut Tx, Vec<M>) -> Result<R, E>,
+    {
+        let ids: Vec<Uuid> = messages.iter().map(&id_of).collect();
+        if ids.is_empty() {
+            return Ok(Consumed::Duplicate);
+        }
+        let new: HashSet<Uuid> = self
+            .writer
+            .record_many(tx, &self.consumer, &ids)
+            .await
+            .map_err(ConsumeError::Inbox)?
+            .into_iter()
+            .collect();
+        let fresh = keep_new_in_order(messages, &id_of, &new);
+        self.count(InboxOutcome::Duplicate, ids.len() - fresh.len());
+        if fresh.is_empty() {
+            return Ok(Consumed::Duplicate);
+        }
+        let applied = fresh.len();
+        match effect(tx, fresh).await {
+            Ok(value) => {
+                self.count(InboxOutcome::Consumed, applied);
+                Ok(Consumed::Applied(value))
+            }
+            Err(error) => {
+                self.count(InboxOutcome::Failed, applied);
+                Err(ConsumeError::Handler(error))
+            }
+        }
+    }
+
+    /// Non-transactional consumption for effects that cannot be undone: records `id` first, then
+    /// runs `effect`. A crash after recording misses the effect; it is never repeated. If `effect`
+    /// returns an error the record is removed so a redelivery can try again.
+    pub async fn consume_once<R, E, F>(&self, id: Uuid, effect: F) -> Result<Consumed<R>, ConsumeError<E>>
+    where
+        F: AsyncFnOnce() -> Result<R, E>,
+    {
+        if self.cached(id).await {
+            self.count(InboxOutcome::Duplicate, 1);
+            return Ok(Consumed::Duplicate);
+        }
+        let new = self.dao.record(&self.consumer, id).await.map_err(ConsumeError::Inbox)?;
+        if !new {
+            self.cache.insert(&self.consumer, id).await;
+            self.count(InboxOutcome::Duplicate, 1);
+            return Ok(Consumed::Duplicate);
+        }
+        match effect().await {
+            Ok(value) => {
+                self.cache.insert(&self.consumer, id).await;
+                self.count(InboxOutcome::Consumed, 1);
+                Ok(Consumed::Applied(value))
+            }
+            Err(error) => {
+                if let Err(forget_error) = self.dao.forget(&self.consumer, id).await {
+                    tracing::warn!(
+                        consumer = %self.consumer, %id, error = %forget_error,
+                        "could not remove the inbox record after a failed effect; a redelivery will be skipped"
+                    );
+                }
+                self.count(InboxOutcome::Failed, 1);
+                Err(ConsumeError::Handler(error))
+            }
+        }
+    }
+
+    /// Non-transactional batch consumption: records the ids, runs `effect` once with the new
+    /// messages in order. On an effect error the new records are removed again.
+    pub async fn consume_all_once<M, R, E, F>(
+        &self,
+        messages: Vec<M>,
+        id_of: impl Fn(&M) -> Uuid,
+        effect: F,
+    ) -> Result<Consumed<R>, ConsumeError<E>>
+    where
+        F: AsyncFnOnce(Vec<M>) -> Result<R, E>,
+    {
+        let ids: Vec<Uuid> = messages.iter().map(&id_of).collect();
+        if ids.is_empty() {
+            return Ok(Consumed::Duplicate);
+        }
+        let new_ids = self.dao.record_many(&self.consumer, &ids).await.map_err(ConsumeError::Inbox)?;
+        let new: HashSet<Uuid> = new_ids.iter().copied().collect();
+        let fresh = keep_new_in_order(messages, &id_of, &new);
+        self.count(InboxOutcome::Duplicate, ids.len() - fresh.len());
+        if fresh.is_empty() {
+            return Ok(Consumed::Duplicate);
+        }
+        let applied = fresh.len();
+        match effect(fresh).await {
+            Ok(value) => {
+                self.count(InboxOutcome::Consumed, applied);
+                Ok(Consumed::Applied(value))
+            }
+            Err(error) => {
+                for id in new_ids {
+                    if let Err(forget_error) = self.dao.forget(&self.consumer, id).await {
+                        tracing::warn!(consumer = %self.consumer, %id, error = %forget_error, "could not remove inbox record");
+                    }
+                }
+                self.count(InboxOutcome::Failed, applied);
+                Err(ConsumeError::Handler(error))
+            }
+        }
+    }
+
+    /// Fills the cache for `id` once the transaction of a [`consume_in`](Self::consume_in) call
+    /// has committed.
+    pub async fn remember(&self, id: Uuid) {
+        self.cache.insert(&self.consumer, id).await;
+    }
+
+    /// Whether `id` is recorded for this consumer (the database answers; the cache is not asked).
+    pub async fn is_consumed(&self, id: Uuid) -> crate::error::Result<bool> {
+        Ok(!self.dao.consumed(&self.consumer, &[id]).await?.is_empty())
+    }
+}
+
+fn keep_new_in_order<M>(messages: Vec<M>, id_of: &impl Fn(&M) -> Uuid, new: &HashSet<Uuid>) -> Vec<M> {
+    let mut taken = HashSet::with_capacity(new.len());
+    messages
+        .into_iter()
+        .filter(|message| {
+            let id = id_of(message);
+            new.contains(&id) && taken.insert(id)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Result;
+    use async_trait::async_trait;
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    /// Records kept in a set; a "transaction" is a list of staged ids applied on commit.
+    #[derive(Default)]
+    struct SetInbox {
+        committed: Mutex<HashSet<(String, Uuid)>>,
+    }
+
+    struct StagedTx {
+        staged: Vec<(String, Uuid)>,
+        effects: Vec<&'static str>,
+    }
+
+    impl SetInbox {
+        fn commit(&self, tx: StagedTx) {
+            if let Ok(mut committed) = self.committed.lock() {
+                committed.extend(tx.staged);
+            }
+        }
+
+        fn has(&self, consumer: &str, id: Uuid) -> bool {
+            self.committed.lock().map(|c| c.contains(&(consumer.to_owned(), id))).unwrap_or(false)
+        }
+    }
+
+    #[async_trait]
+    impl InboxDao for SetInbox {
+        async fn record(&self, consumer: &str, id: Uuid) -> Result<bool> {
+            Ok(self.committed.lock().map(|mut c| c.insert((consumer.to_owned(), id))).unwrap_or(false))
+        }
+        async fn record_many(&self, consumer: &str, ids: &[Uuid]) -> Result<Vec<Uuid>> {
+            let mut new = Vec::new();
+            for id in ids {
+                if self.record(consumer, *id).await? {
+                    new.push(*id);
+                }
+            }
+            Ok(new)
+        }
+        async fn forget(&self, consumer: &str, id: Uuid) -> Result<bool> {
+            Ok(self.committed.lock().map(|mut c| c.remove(&(consumer.to_owned(), id))).unwrap_or(false))
+        }
+        async fn consumed(&self, consumer: &str, ids: &[Uuid]) -> Result<Vec<Uuid>> {
+            Ok(ids.iter().copied().filter(|id| self.has(consumer, *id)).collect())
+        }
+        async fn delete_older_than(&self, _older_than: Duration, _limit: u32) -> Result<u64> {
+            Ok(0)
+        }
+    }
+
+    impl InboxWriter<StagedTx> for Arc<SetInbox> {
+        async fn record(&self, tx: &mut StagedTx, consumer: &str, id: Uuid) -> Result<bool> {
+            let key = (consumer.to_owned(), id);
+            if self.has(consumer, id) || tx.staged.contains(&key) {
+                return Ok(false);
+            }
+            tx.staged.push(key);
+            Ok(true)
+        }
+        async fn record_many(&self, tx: &mut StagedTx, consumer: &str, ids: &[Uuid]) -> Result<Vec<Uuid>> {
+            let mut new = Vec::new();
+            for id in ids {
+                if InboxWriter::record(self, tx, consumer, *id).await? {
+                    new.push(*id);
+                }
+            }
+            Ok(new)
+        }
+    }
+
+    #[derive(Default)]
+    struct RecordingCache {
+        entries: Mutex<HashSet<(String, Uuid)>>,
+    }
+
+    #[async_trait]
+    impl ConsumedCache for RecordingCache {
+        async fn contains(&self, consumer: &str, id: Uuid) -> bool {
+            self.entries.lock().map(|e| e.contains(&(consumer.to_owned(), id))).unwrap_or(false)
+        }
+        async fn insert(&self, consumer: &str, id: Uuid) {
+            if let Ok(mut entries) = self.entries.lock() {
+                entries.insert((consumer.to_owned(), id));
+            }
+        }
+    }
+
+    fn tx() -> StagedTx {
+        StagedTx { staged: Vec::new(), effects: Vec::new() }
+    }
+
+    fn inbox(store: &Arc<SetInbox>, cache: &Arc<RecordingCache>) -> Inbox<Arc<SetInbox>> {
+        let dao: Arc<dyn InboxDao> = store.clone();
+        let cache_hook: Arc<dyn ConsumedCache> = cache.clone();
+        Inbox::new("billing", dao, store.clone()).with_cache(cache_hook)
+    }
+
+    #[tokio::test]
+    async fn transactional_consume_applies_once_and_caches_only_committed_duplicates() {
+        let store = Arc::new(SetInbox::default());
+        let cache = Arc::new(RecordingCache::default());
+        let inbox = inbox(&store, &cache);
+        let id = Uuid::now_v7();
+
+        let mut first = tx();
+        let outcome = inbox
+            .consume_in(&mut first, id, async |tx: &mut StagedTx| {
+                tx.effects.push("charged");
+                Ok::<_, std::io::Error>(42)
+            })
+            .await;
+        assert!(matches!(outcome, Ok(Consumed::Applied(42))));
+        assert_eq!(first.effects, vec!["charged"]);
+        assert!(!cache.contains("billing", id).await, "not cached before the caller commits");
+        store.commit(first);
+
+        let mut second = tx();
+        let outcome = inbox
+            .consume_in(&mut second, id, async |tx: &mut StagedTx| {
+                tx.effects.push("charged again");
+                Ok::<_, std::io::Error>(0)
+            })
+            .await;
+        assert!(matches!(outcome, Ok(Consumed::Duplicate)));
+        assert!(second.effects.is_empty());
+        assert!(cache.contains("billing", id).await, "a committed duplicate is cached");
+    }
+
+    #[tokio::test]
+    async fn a_failed_effect_is_returned_and_a_rolled_back_id_stays_unconsumed() {
+        let store = Arc::new(SetInbox::default());
+        let cache = Arc::new(RecordingCache::default());
+        let inbox = inbox(&store, &cache);
+        let id = Uuid::now_v7();
+        let mut rolled_back = tx();
+        let outcome = inbox
+            .consume_in(&mut rolled_back, id, async |_tx: &mut StagedTx| {
+                Err::<(), _>(std::io::Error::other("declined"))
+            })
+            .await;
+        assert!(matches!(outcome, Err(ConsumeError::Handler(_))));
+        drop(rolled_back);
+        assert!(!store.has("billing", id));
+        assert!(!cache.contains("billing", id).await);
+    }
+
+    #[tokio::test]
+    async fn batch_consume_keeps_order_and_filters_consumed_and_repeated_ids() {
+        let store = Arc::new(SetInbox::default());
+        let cache = Arc::new(RecordingCache::default());
+        let inbox = inbox(&store, &cache);
+        let ids: Vec<Uuid> = (0..5).map(|_| Uuid::now_v7()).collect();
+        InboxDao::record(&*store, "billing", ids[1]).await.unwrap_or_default();
+        let messages = vec![ids[4], ids[1], ids[0], ids[4], ids[2]];
+        let mut batch_tx = tx();
+        let outcome = inbox
+            .consume_all_in(
+                &mut batch_tx,
+                messages,
+                |id| *id,
+                async |_tx: &mut StagedTx, fresh: Vec<Uuid>| Ok::<_, std::io::Error>(fresh),
+            )
+            .await;
+        match outcome {
+            Ok(Consumed::Applied(fresh)) => assert_eq!(fresh, vec![ids[4], ids[0], ids[2]]),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn non_transactional_consume_records_first_and_forgets_on_error() {
+        let store = Arc::new(SetInbox::default());
+        let cache = Arc::new(RecordingCache::default());
+        let inbox = inbox(&store, &cache);
+        let id = Uuid::now_v7();
+        let failed = inbox.consume_once(id, async || Err::<(), _>(std::io::Error::other("smtp down"))).await;
+        assert!(matches!(failed, Err(ConsumeError::Handler(_))));
+        assert!(!store.has("billing", id), "a failed effect can be retried");
+        assert!(!cache.contains("billing", id).await);
+
+        let sent = inbox.consume_once(id, async || Ok::<_, std::io::Error>("sent")).await;
+        assert!(matches!(sent, Ok(Consumed::Applied("sent"))));
+        assert!(cache.contains("billing", id).await, "cached after success");
+        let again = inbox.consume_once(id, async || Ok::<_, std::io::Error>("sent twice")).await;
+        assert!(matches!(again, Ok(Consumed::Duplicate)));
+
+        let other: Arc<dyn InboxDao> = store.clone();
+        let shipping = Inbox::new("shipping", other, store.clone());
+        let shipped = shipping.consume_once(id, async || Ok::<_, std::io::Error>(())).await;
+        assert!(matches!(shipped, Ok(Consumed::Applied(()))), "consumers are independent");
+    }
+}
