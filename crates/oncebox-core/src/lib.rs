@@ -31,6 +31,8 @@ pub mod sender;
 pub mod serializer;
 pub mod tables;
 
+/// Re-exported so implementations of the async traits need no extra dependency.
+pub use async_trait::async_trait;
 pub use config::Config;
 pub use dao::{
     Dialect, DlqDao, InboxDao, InboxWriter, JobLock, OutboxDao, OutboxWriter, SchemaPlan, WakeSource, WakeUp,

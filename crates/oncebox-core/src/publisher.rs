@@ -174,3 +174,75 @@ impl<W, S> Publisher<W, S> {
         self.writer.write(tx, events).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorKind;
+    use std::collections::BTreeMap;
+
+    /// A "transaction" that collects the rows written into it.
+    struct CollectingWriter;
+
+    impl OutboxWriter<&mut Vec<NewOutboxEvent>> for CollectingWriter {
+        async fn write(&self, tx: &mut Vec<NewOutboxEvent>, events: &[NewOutboxEvent]) -> Result<()> {
+            tx.extend_from_slice(events);
+            Ok(())
+        }
+    }
+
+    fn publisher() -> Publisher<CollectingWriter> {
+        Publisher::new(CollectingWriter, ["order-created".to_owned()])
+    }
+
+    #[derive(serde::Serialize)]
+    struct OrderCreated {
+        id: u32,
+    }
+
+    #[tokio::test]
+    async fn publish_writes_a_serialized_row_with_a_fresh_id_and_metadata() {
+        let mut tx = Vec::new();
+        let meta = EventMeta::keyed("customer-7").header("traceparent", "00-1-2-01");
+        let id = publisher().publish_with(&mut tx, "order-created", &OrderCreated { id: 1 }, meta).await;
+        let id = id.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(tx.len(), 1);
+        assert_eq!(tx[0].id, id);
+        assert_eq!(tx[0].payload, r#"{"id":1}"#);
+        assert!(tx[0].payload_type.ends_with("OrderCreated"));
+        assert_eq!(tx[0].partition_key.as_deref(), Some("customer-7"));
+        assert_eq!(tx[0].headers.get("traceparent").map(String::as_str), Some("00-1-2-01"));
+    }
+
+    #[tokio::test]
+    async fn unknown_or_blank_event_types_write_nothing() {
+        let mut tx = Vec::new();
+        for event_type in ["order-deleted", "  "] {
+            let error = publisher().publish(&mut tx, event_type, &OrderCreated { id: 1 }).await.err();
+            assert_eq!(error.map(|e| e.kind()), Some(ErrorKind::InvalidInput), "{event_type:?}");
+        }
+        assert!(tx.is_empty());
+    }
+
+    #[tokio::test]
+    async fn publish_all_serializes_everything_first_and_writes_once() {
+        let mut tx = Vec::new();
+        let ids = publisher()
+            .publish_all(&mut tx, "order-created", &[OrderCreated { id: 1 }, OrderCreated { id: 2 }])
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(ids, tx.iter().map(|e| e.id).collect::<Vec<_>>());
+        assert!(ids[0] < ids[1], "v7 ids keep publish order");
+
+        let mut bad = BTreeMap::new();
+        bad.insert((1, 2), 3);
+        let mut untouched = Vec::new();
+        let payloads = vec![BTreeMap::new(), bad];
+        let error = publisher().publish_all(&mut untouched, "order-created", &payloads).await.err();
+        let message = error.map(|e| e.to_string()).unwrap_or_default();
+        assert!(message.contains("payload 1 of 2"), "{message}");
+        assert!(untouched.is_empty(), "one bad payload writes nothing");
+        let none = publisher().publish_all::<_, OrderCreated>(&mut untouched, "order-created", &[]).await;
+        assert!(none.is_ok_and(|ids| ids.is_empty()));
+    }
+}

@@ -558,17 +558,15 @@ impl EngineHandle {
         if let Some(mut supervisor) = supervisor
             && tokio::time::timeout(deadline, &mut supervisor).await.is_err()
         {
-            {
-                self.shared.abort.cancel();
-                let _ = supervisor.await;
-                outcome = Err(Error::new(
-                    ErrorKind::Timeout,
-                    format!(
-                        "shutdown deadline of {deadline:?} passed with batches in flight; they were aborted and \
-                         stuck recovery will return their rows to PENDING"
-                    ),
-                ));
-            }
+            self.shared.abort.cancel();
+            let _ = supervisor.await;
+            outcome = Err(Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "shutdown deadline of {deadline:?} passed with batches in flight; they were aborted and \
+                     stuck recovery will return their rows to PENDING"
+                ),
+            ));
         }
         if let Some(sender) = &self.shared.sender {
             let remaining = deadline.saturating_sub(started.elapsed()).max(Duration::from_millis(100));

@@ -254,3 +254,40 @@ async fn starting_without_a_sender_is_an_error() {
     let error = Engine::start(parts).err().map(|e| e.to_string()).unwrap_or_default();
     assert!(error.contains("no sender"), "{error}");
 }
+
+struct ChannelWakeSource(tokio::sync::mpsc::UnboundedReceiver<WakeUp>);
+
+#[async_trait]
+impl WakeSource for ChannelWakeSource {
+    async fn next(&mut self) -> Option<WakeUp> {
+        self.0.recv().await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wake_up_hints_from_the_dialect_poll_the_named_type_or_all() {
+    let outbox = Arc::new(ScriptedOutbox::default());
+    let slow =
+        crate::config::Polling::Fixed { initial_delay: Duration::ZERO, delay: Duration::from_secs(60) };
+    let config = outbox_only(
+        Config::builder()
+            .event("a", EventSettings::new("t").polling(slow))
+            .event("b", EventSettings::new("t").polling(slow)),
+    );
+    let (hints, receiver) = tokio::sync::mpsc::unbounded_channel();
+    let mut parts = EngineParts::new(config);
+    parts.outbox = Some(outbox.clone());
+    parts.sender = Some(Arc::new(CountingSender::default()));
+    parts.wake_source = Some(Box::new(ChannelWakeSource(receiver)));
+    let engine = Engine::start(parts).unwrap_or_else(|e| panic!("{e}"));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(outbox.claim_times().len(), 2, "one initial poll per type");
+
+    let _ = hints.send(WakeUp::EventType("a".into()));
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(outbox.claim_times().len(), 3);
+    let _ = hints.send(WakeUp::All);
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(outbox.claim_times().len(), 5, "after a reconnect every type polls at once");
+    engine.shutdown(Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
+}
