@@ -1,0 +1,1 @@
+DELETE FROM {dlq} WHERE dlq_status = 'IN_PROCESS'

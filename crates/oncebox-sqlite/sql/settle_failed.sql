@@ -1,0 +1,4 @@
+-- Gives up on row ?1, if it still holds claim ?2.
+UPDATE {events}
+SET status = 'FAILED', attempts = attempts + 1, last_error = ?3, updated_at = {now}, claim_token = NULL
+WHERE id = ?1 AND status = 'IN_PROCESS' AND claim_token = ?2

@@ -1,0 +1,206 @@
+//! The SQLite dialect of oncebox, via sqlx: the embedded default, with no server to run.
+//!
+//! [`SqliteDialect`] provides the DAOs the relay uses and a [`SqliteWriter`] that publishes into the
+//! caller's own `sqlx::Transaction<'_, Sqlite>`, so an event commits or rolls back together with the
+//! business rows. Timestamps come from the database clock; ids are stored as UUID text and payloads
+//! as text, so every table stays readable with the `sqlite3` shell.
+//!
+//! ```no_run
+//! use oncebox_core::{Dialect, NewOutboxEvent, OutboxDao, OutboxWriter, SchemaPlan};
+//! use oncebox_sqlite::SqliteDialect;
+//!
+//! # async fn run() -> oncebox_core::Result<()> {
+//! let dialect = SqliteDialect::connect("app.db").await?;
+//! dialect.create_schema(SchemaPlan { outbox: true, dlq: true, inbox: true, jobs: true }).await?;
+//!
+//! let event = NewOutboxEvent {
+//!     id: uuid::Uuid::now_v7(),
+//!     event_type: "order-created".into(),
+//!     payload: r#"{"order":42}"#.into(),
+//!     payload_type: "OrderCreated".into(),
+//!     headers: Default::default(),
+//!     partition_key: Some("customer-7".into()),
+//! };
+//! let mut tx = dialect.pool().begin().await.map_err(|e| oncebox_core::Error::database("begin", true, e))?;
+//! // … the business rows are written in `tx` here …
+//! dialect.writer().write(&mut tx, &[event]).await?;
+//! tx.commit().await.map_err(|e| oncebox_core::Error::database("commit", true, e))?;
+//!
+//! let batch = dialect.outbox_dao().claim("order-created", 100).await?;
+//! assert_eq!(batch.len(), 1);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! | capability | SQLite |
+//! |---|---|
+//! | claim | `UPDATE … RETURNING` inside `BEGIN IMMEDIATE` (one writer at a time) |
+//! | batch publish | one multi-row `INSERT` (split only past 32 766 bound parameters) |
+//! | instances | one process (the database file is local) |
+//! | wake-ups | none; pollers poll |
+//! | schema | `migrations/sqlite/*.sql`, run by [`Dialect::create_schema`] |
+#![deny(missing_docs)]
+
+mod config;
+mod dlq;
+mod error;
+mod inbox;
+mod lock;
+mod outbox;
+mod row;
+mod statements;
+mod time;
+mod writer;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use oncebox_core::{Dialect, DlqDao, InboxDao, JobLock, OutboxDao, Result, SchemaPlan, TableNames};
+use sqlx::SqlitePool;
+
+pub use config::{DEFAULT_BUSY_TIMEOUT, connect_options};
+pub use dlq::SqliteDlqDao;
+pub use inbox::SqliteInboxDao;
+pub use lock::SqliteJobLock;
+pub use outbox::SqliteOutboxDao;
+pub use writer::SqliteWriter;
+
+use crate::error::SqlxResultExt;
+use crate::statements::Statements;
+
+/// Everything oncebox needs from a SQLite database: the DAOs, the writer and auto-create.
+#[derive(Clone)]
+pub struct SqliteDialect {
+    pool: SqlitePool,
+    statements: Arc<Statements>,
+}
+
+impl std::fmt::Debug for SqliteDialect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteDialect").field("tables", &self.statements.tables).finish()
+    }
+}
+
+impl SqliteDialect {
+    /// A dialect over an existing pool, with the default table names.
+    ///
+    /// For concurrent claims the pool's connections should have a busy timeout (SQLite's default
+    /// is to fail at once when another connection writes); [`connect`](Self::connect) sets one.
+    pub fn new(pool: SqlitePool) -> Self {
+        Self { pool, statements: Statements::new(&TableNames::default()) }
+    }
+
+    /// Opens (and creates when missing) the database at a `sqlite:` URL or a file path, in WAL mode
+    /// with `synchronous = NORMAL` and a [busy timeout](DEFAULT_BUSY_TIMEOUT).
+    pub async fn connect(url_or_path: &str) -> Result<Self> {
+        let options = connect_options(url_or_path)?;
+        let pool = config::pool_options(url_or_path)
+            .connect_with(options)
+            .await
+            .context(&format!("opening SQLite database {url_or_path}"))?;
+        Ok(Self::new(pool))
+    }
+
+    /// The same dialect using `tables` (see [`Dialect::use_tables`]).
+    pub fn with_tables(mut self, tables: &TableNames) -> Self {
+        self.use_tables(tables);
+        self
+    }
+
+    /// The pool, for the caller's own transactions.
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    /// The table names in use.
+    pub fn tables(&self) -> &TableNames {
+        &self.statements.tables
+    }
+
+    /// The outbox DAO as its concrete type.
+    pub fn sqlite_outbox_dao(&self) -> SqliteOutboxDao {
+        SqliteOutboxDao::new(self.pool.clone(), self.statements.clone())
+    }
+
+    /// The DLQ DAO as its concrete type.
+    pub fn sqlite_dlq_dao(&self) -> SqliteDlqDao {
+        SqliteDlqDao::new(self.pool.clone(), self.statements.clone())
+    }
+
+    /// The inbox DAO as its concrete type.
+    pub fn sqlite_inbox_dao(&self) -> SqliteInboxDao {
+        SqliteInboxDao::new(self.pool.clone(), self.statements.clone())
+    }
+
+    /// The job lock as its concrete type.
+    pub fn sqlite_job_lock(&self) -> SqliteJobLock {
+        SqliteJobLock::new(self.pool.clone(), self.statements.clone())
+    }
+}
+
+#[async_trait]
+impl Dialect for SqliteDialect {
+    type Writer = SqliteWriter;
+
+    fn name(&self) -> &'static str {
+        "sqlite"
+    }
+
+    fn use_tables(&mut self, tables: &TableNames) {
+        self.statements = Statements::new(tables);
+    }
+
+    async fn create_schema(&self, plan: SchemaPlan) -> Result<()> {
+        let context = "creating the oncebox tables";
+        let parts = [
+            (plan.outbox, &self.statements.schema_events),
+            (plan.dlq, &self.statements.schema_dlq),
+            (plan.inbox, &self.statements.schema_consumed),
+            (plan.jobs, &self.statements.schema_jobs),
+        ];
+        // SQLite DDL is transactional: either every planned table exists afterwards, or none changed.
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.context(context)?;
+        for (wanted, ddl) in parts {
+            if wanted {
+                sqlx::raw_sql(ddl.clone()).execute(&mut *tx).await.context(context)?;
+            }
+        }
+        tx.commit().await.context(context)
+    }
+
+    fn outbox_dao(&self) -> Arc<dyn OutboxDao> {
+        Arc::new(self.sqlite_outbox_dao())
+    }
+
+    fn dlq_dao(&self) -> Arc<dyn DlqDao> {
+        Arc::new(self.sqlite_dlq_dao())
+    }
+
+    fn inbox_dao(&self) -> Arc<dyn InboxDao> {
+        Arc::new(self.sqlite_inbox_dao())
+    }
+
+    fn job_lock(&self) -> Arc<dyn JobLock> {
+        Arc::new(self.sqlite_job_lock())
+    }
+
+    fn writer(&self) -> SqliteWriter {
+        SqliteWriter::new(self.statements.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn public_types_are_send_and_sync() {
+        fn assert_send_sync<T: Send + Sync + 'static>() {}
+        assert_send_sync::<SqliteDialect>();
+        assert_send_sync::<SqliteOutboxDao>();
+        assert_send_sync::<SqliteDlqDao>();
+        assert_send_sync::<SqliteInboxDao>();
+        assert_send_sync::<SqliteJobLock>();
+        assert_send_sync::<SqliteWriter>();
+    }
+}

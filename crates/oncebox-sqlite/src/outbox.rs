@@ -1,0 +1,191 @@
+//! The relay's access to the outbox table.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use oncebox_core::event::OutboxCounts;
+use oncebox_core::{
+    ClaimedBatch, Error, ErrorKind, OutboxDao, OutboxEvent, Result, SettleReport, Settlement,
+};
+use sqlx::SqlitePool;
+use uuid::Uuid;
+
+use crate::error::SqlxResultExt;
+use crate::row::decode_event;
+use crate::statements::Statements;
+use crate::time::{earlier_by, later_by};
+
+/// `last_error` keeps at most this many characters of a failure text.
+const LAST_ERROR_MAX_CHARS: usize = 1_000;
+
+/// [`OutboxDao`] for SQLite. Claims run in `BEGIN IMMEDIATE` transactions: SQLite has one writer at
+/// a time, so a claim holds the write lock from its first read and no two claimers see the same row.
+#[derive(Clone)]
+pub struct SqliteOutboxDao {
+    pool: SqlitePool,
+    statements: Arc<Statements>,
+}
+
+impl std::fmt::Debug for SqliteOutboxDao {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteOutboxDao").field("table", &self.statements.tables.events).finish()
+    }
+}
+
+impl SqliteOutboxDao {
+    pub(crate) fn new(pool: SqlitePool, statements: Arc<Statements>) -> Self {
+        Self { pool, statements }
+    }
+
+    fn table(&self) -> &str {
+        &self.statements.tables.events
+    }
+}
+
+/// Keeps the first [`LAST_ERROR_MAX_CHARS`] characters of a failure text.
+pub(crate) fn short_error(error: &str) -> String {
+    match error.char_indices().nth(LAST_ERROR_MAX_CHARS) {
+        Some((cut, _)) => error[..cut].to_owned(),
+        None => error.to_owned(),
+    }
+}
+
+#[async_trait]
+impl OutboxDao for SqliteOutboxDao {
+    async fn claim(&self, event_type: &str, limit: u32) -> Result<ClaimedBatch> {
+        let claim_token = Uuid::now_v7();
+        let mut batch = ClaimedBatch { event_type: event_type.to_owned(), claim_token, events: Vec::new() };
+        if limit == 0 {
+            return Ok(batch);
+        }
+        let context = format!("claiming {event_type}");
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.context(&context)?;
+        let rows = sqlx::query(self.statements.claim.clone())
+            .bind(claim_token.hyphenated())
+            .bind(event_type)
+            .bind(i64::from(limit))
+            .fetch_all(&mut *tx)
+            .await
+            .context(&context)?;
+        // Decoding before the commit: a row that cannot be read is not left claimed.
+        let mut events =
+            rows.iter().map(|row| decode_event(row, self.table())).collect::<Result<Vec<_>>>()?;
+        tx.commit().await.context(&context)?;
+        // RETURNING gives no order guarantee.
+        events.sort_by_key(|event| (event.next_retry_at, event.id));
+        batch.events = events;
+        Ok(batch)
+    }
+
+    async fn settle(&self, batch: &ClaimedBatch, settlements: &[Settlement]) -> Result<SettleReport> {
+        if settlements.is_empty() {
+            return Ok(SettleReport::default());
+        }
+        let context = format!("settling a batch of {}", batch.event_type);
+        let token = batch.claim_token.hyphenated();
+        let processed: Vec<Uuid> = settlements
+            .iter()
+            .filter_map(|settlement| match settlement {
+                Settlement::Processed { id } => Some(*id),
+                _ => None,
+            })
+            .collect();
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.context(&context)?;
+        let mut settled = 0;
+        if !processed.is_empty() {
+            settled += sqlx::query(self.statements.settle_processed.clone())
+                .bind(token)
+                .bind(serde_json::to_string(&processed)?)
+                .execute(&mut *tx)
+                .await
+                .context(&context)?
+                .rows_affected();
+        }
+        for settlement in settlements {
+            let query = match settlement {
+                Settlement::Processed { .. } => continue,
+                Settlement::Retry { id, delay, error } => sqlx::query(self.statements.settle_retry.clone())
+                    .bind(id.hyphenated())
+                    .bind(token)
+                    .bind(later_by(*delay))
+                    .bind(short_error(error)),
+                Settlement::Failed { id, error } => sqlx::query(self.statements.settle_failed.clone())
+                    .bind(id.hyphenated())
+                    .bind(token)
+                    .bind(short_error(error)),
+            };
+            settled += query.execute(&mut *tx).await.context(&context)?.rows_affected();
+        }
+        tx.commit().await.context(&context)?;
+        let total = settlements.len() as u64;
+        Ok(SettleReport { settled, refused: total.saturating_sub(settled) })
+    }
+
+    async fn recover_stuck(&self, older_than: Duration, limit: u32) -> Result<u64> {
+        if limit == 0 {
+            return Ok(0);
+        }
+        let result = sqlx::query(self.statements.recover_stuck.clone())
+            .bind(earlier_by(older_than))
+            .bind(i64::from(limit))
+            .execute(&self.pool)
+            .await
+            .context("recovering stuck events")?;
+        Ok(result.rows_affected())
+    }
+
+    async fn delete_processed(&self, older_than: Duration, limit: u32) -> Result<u64> {
+        if limit == 0 {
+            return Ok(0);
+        }
+        let result = sqlx::query(self.statements.delete_processed.clone())
+            .bind(earlier_by(older_than))
+            .bind(i64::from(limit))
+            .execute(&self.pool)
+            .await
+            .context("deleting processed events")?;
+        Ok(result.rows_affected())
+    }
+
+    async fn get(&self, id: Uuid) -> Result<Option<OutboxEvent>> {
+        let row = sqlx::query(self.statements.get_event.clone())
+            .bind(id.hyphenated())
+            .fetch_optional(&self.pool)
+            .await
+            .context("reading an outbox event")?;
+        row.map(|row| decode_event(&row, self.table())).transpose()
+    }
+
+    async fn counts(&self) -> Result<OutboxCounts> {
+        let rows: Vec<(String, String, i64)> = sqlx::query_as(self.statements.count_events.clone())
+            .fetch_all(&self.pool)
+            .await
+            .context("counting outbox events")?;
+        let by_type_and_status = rows
+            .into_iter()
+            .map(|(event_type, status, count)| {
+                let status = status.parse().map_err(|_| {
+                    Error::new(
+                        ErrorKind::Decode,
+                        format!("{}.status: unknown status '{status}'", self.table()),
+                    )
+                })?;
+                Ok((event_type, status, u64::try_from(count).unwrap_or_default()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(OutboxCounts { by_type_and_status })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failure_texts_are_cut_on_character_boundaries() {
+        assert_eq!(short_error("timeout"), "timeout");
+        let long = "é".repeat(LAST_ERROR_MAX_CHARS + 5);
+        assert_eq!(short_error(&long).chars().count(), LAST_ERROR_MAX_CHARS);
+    }
+}

@@ -1,0 +1,48 @@
+//! Timestamps as stored (fixed-width UTC text) and durations as SQLite date modifiers.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+/// Shifts beyond this are clamped, so a huge duration cannot push a date past year 9999 (where
+/// the fixed-width text order would break) or before year 0.
+const MAX_SHIFT_MILLIS: u128 = 1_000 * 365 * 24 * 3_600 * 1_000;
+
+/// The modifier that moves a time `duration` later (`'+10.000 seconds'`), at millisecond precision.
+pub(crate) fn later_by(duration: Duration) -> String {
+    modifier('+', duration)
+}
+
+/// The modifier that moves a time `duration` earlier.
+pub(crate) fn earlier_by(duration: Duration) -> String {
+    modifier('-', duration)
+}
+
+fn modifier(sign: char, duration: Duration) -> String {
+    let millis = duration.as_millis().min(MAX_SHIFT_MILLIS);
+    format!("{sign}{}.{:03} seconds", millis / 1_000, millis % 1_000)
+}
+
+/// Parses a stored timestamp.
+pub(crate) fn parse_timestamp(text: &str) -> Result<DateTime<Utc>, chrono::ParseError> {
+    DateTime::parse_from_rfc3339(text).map(|time| time.with_timezone(&Utc))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modifiers_keep_milliseconds_and_clamp() {
+        assert_eq!(later_by(Duration::from_millis(10_005)), "+10.005 seconds");
+        assert_eq!(earlier_by(Duration::ZERO), "-0.000 seconds");
+        assert_eq!(later_by(Duration::MAX), format!("+{}.000 seconds", MAX_SHIFT_MILLIS / 1_000));
+    }
+
+    #[test]
+    fn stored_timestamps_parse_as_utc() {
+        let parsed = parse_timestamp("2025-01-31T12:00:00.123Z").map(|time| time.timestamp_millis());
+        assert_eq!(parsed.ok(), Some(1_738_324_800_123));
+        assert!(parse_timestamp("yesterday").is_err());
+    }
+}

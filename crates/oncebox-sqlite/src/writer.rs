@@ -1,0 +1,107 @@
+//! The write side: outbox rows and inbox records inside the caller's open sqlx transaction.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use oncebox_core::{InboxWriter, NewOutboxEvent, OutboxWriter, Result};
+use sqlx::{Sqlite, Transaction};
+use uuid::Uuid;
+
+use crate::error::SqlxResultExt;
+use crate::row::decode_id;
+use crate::statements::{INSERT_EVENT_BINDS, Statements};
+
+/// SQLite's default limit on bound parameters in one statement (`SQLITE_MAX_VARIABLE_NUMBER`).
+const MAX_BINDS: usize = 32_766;
+/// Rows per multi-row insert: as many as the parameter limit allows.
+const ROWS_PER_INSERT: usize = MAX_BINDS / INSERT_EVENT_BINDS;
+/// Inserts up to this many rows keep their prepared statement cached: small batch sizes repeat,
+/// while a huge one-off statement would only crowd the cache.
+const CACHED_INSERT_ROWS: usize = 64;
+
+/// Writes outbox rows and inbox records into a caller's `sqlx::Transaction<'_, Sqlite>`. It never
+/// begins or commits: the rows become visible when the caller commits, and vanish on rollback.
+///
+/// Obtained from [`SqliteDialect::writer`](oncebox_core::Dialect::writer); cheap to clone.
+#[derive(Clone)]
+pub struct SqliteWriter {
+    statements: Arc<Statements>,
+}
+
+impl std::fmt::Debug for SqliteWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteWriter").field("tables", &self.statements.tables).finish()
+    }
+}
+
+impl SqliteWriter {
+    pub(crate) fn new(statements: Arc<Statements>) -> Self {
+        Self { statements }
+    }
+}
+
+impl<'t, 'c> OutboxWriter<&'t mut Transaction<'c, Sqlite>> for SqliteWriter {
+    /// Inserts `events` as PENDING rows due now, in one multi-row INSERT (several only when the
+    /// batch exceeds SQLite's parameter limit).
+    async fn write(&self, tx: &'t mut Transaction<'c, Sqlite>, events: &[NewOutboxEvent]) -> Result<()> {
+        for chunk in events.chunks(ROWS_PER_INSERT) {
+            let mut query = sqlx::query(self.statements.insert_events(chunk.len()))
+                .persistent(chunk.len() <= CACHED_INSERT_ROWS);
+            for event in chunk {
+                query = query
+                    .bind(event.id.hyphenated())
+                    .bind(event.event_type.as_str())
+                    .bind(event.payload.as_str())
+                    .bind(event.payload_type.as_str())
+                    .bind(event.headers_json())
+                    .bind(event.partition_key.as_deref());
+            }
+            query.execute(&mut **tx).await.context("writing outbox events")?;
+        }
+        Ok(())
+    }
+}
+
+impl<'c> InboxWriter<Transaction<'c, Sqlite>> for SqliteWriter {
+    async fn record(&self, tx: &mut Transaction<'c, Sqlite>, consumer: &str, id: Uuid) -> Result<bool> {
+        let result = sqlx::query(self.statements.inbox_record.clone())
+            .bind(consumer)
+            .bind(id.hyphenated())
+            .execute(&mut **tx)
+            .await
+            .context("recording a consumed event")?;
+        Ok(result.rows_affected() == 1)
+    }
+
+    async fn record_many(
+        &self,
+        tx: &mut Transaction<'c, Sqlite>,
+        consumer: &str,
+        ids: &[Uuid],
+    ) -> Result<Vec<Uuid>> {
+        record_many(&self.statements, tx, consumer, ids).await
+    }
+}
+
+/// Records `ids` for `consumer` in one statement; returns the new ones in input order, each once.
+pub(crate) async fn record_many(
+    statements: &Statements,
+    connection: &mut sqlx::SqliteConnection,
+    consumer: &str,
+    ids: &[Uuid],
+) -> Result<Vec<Uuid>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows: Vec<(String,)> = sqlx::query_as(statements.inbox_record_many.clone())
+        .bind(consumer)
+        .bind(serde_json::to_string(ids)?)
+        .fetch_all(connection)
+        .await
+        .context("recording consumed events")?;
+    let table = statements.tables.consumed.as_str();
+    let mut new: HashSet<Uuid> =
+        rows.iter().map(|(text,)| decode_id(text, table)).collect::<Result<HashSet<Uuid>>>()?;
+    // `remove` keeps a duplicate in the input from being reported twice.
+    Ok(ids.iter().copied().filter(|id| new.remove(id)).collect())
+}

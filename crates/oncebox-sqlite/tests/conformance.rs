@@ -1,0 +1,150 @@
+//! The oncebox conformance suites against SQLite. SQLite needs no server, so they always run: each
+//! test gets its own database file under the system temp directory, and every other test uses a
+//! random table prefix as well.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use oncebox_core::{
+    Dialect, Error, InboxWriter, NewOutboxEvent, OutboxWriter, Result, SchemaPlan, TableNames,
+};
+use oncebox_sqlite::SqliteDialect;
+use oncebox_testkit::runner::Suite;
+use oncebox_testkit::{AgedTable, DaoHarness, dao_suite, engine_suite};
+use sqlx::AssertSqlSafe;
+use uuid::Uuid;
+
+#[path = "conformance/sqlite_cases.rs"]
+mod sqlite_cases;
+
+/// Fresh SQLite databases, one file per test.
+pub struct SqliteHarness {
+    directory: PathBuf,
+    created: AtomicUsize,
+}
+
+impl SqliteHarness {
+    fn new() -> Self {
+        Self { directory: std::env::temp_dir().join("oncebox-sqlite-tests"), created: AtomicUsize::new(0) }
+    }
+}
+
+fn sql_error(context: &str) -> impl FnOnce(sqlx::Error) -> Error + '_ {
+    move |error| Error::database(context.to_owned(), false, error)
+}
+
+/// The database file behind a dialect's pool.
+fn database_file(dialect: &SqliteDialect) -> PathBuf {
+    dialect.pool().connect_options().get_filename().to_path_buf()
+}
+
+#[async_trait]
+impl DaoHarness for SqliteHarness {
+    type Dialect = SqliteDialect;
+
+    async fn fresh(&self) -> Result<SqliteDialect> {
+        std::fs::create_dir_all(&self.directory)
+            .map_err(|error| Error::invalid_input("creating the test directory").with_source(error))?;
+        let path = self.directory.join(format!("{}.db", Uuid::now_v7()));
+        let dialect = SqliteDialect::connect(&path.to_string_lossy()).await?;
+        let dialect = if self.created.fetch_add(1, Ordering::Relaxed) % 2 == 1 {
+            let prefix = format!("t{}_", &Uuid::new_v4().simple().to_string()[..8]);
+            dialect.with_tables(&TableNames::with_prefix(&prefix)?)
+        } else {
+            dialect
+        };
+        dialect.create_schema(SchemaPlan { outbox: true, dlq: true, inbox: true, jobs: true }).await?;
+        Ok(dialect)
+    }
+
+    async fn publish(&self, dialect: &SqliteDialect, events: &[NewOutboxEvent], commit: bool) -> Result<()> {
+        let mut tx = dialect.pool().begin().await.map_err(sql_error("beginning"))?;
+        dialect.writer().write(&mut tx, events).await?;
+        if commit {
+            tx.commit().await.map_err(sql_error("committing"))
+        } else {
+            tx.rollback().await.map_err(sql_error("rolling back"))
+        }
+    }
+
+    async fn record_in_transaction(
+        &self,
+        dialect: &SqliteDialect,
+        consumer: &str,
+        ids: &[Uuid],
+        commit: bool,
+    ) -> Result<Vec<Uuid>> {
+        let mut tx = dialect.pool().begin().await.map_err(sql_error("beginning"))?;
+        let new = dialect.writer().record_many(&mut tx, consumer, ids).await?;
+        if commit {
+            tx.commit().await.map_err(sql_error("committing"))?;
+        } else {
+            tx.rollback().await.map_err(sql_error("rolling back"))?;
+        }
+        Ok(new)
+    }
+
+    async fn backdate(
+        &self,
+        dialect: &SqliteDialect,
+        table: AgedTable,
+        ids: &[Uuid],
+        by: Duration,
+    ) -> Result<()> {
+        let tables = dialect.tables();
+        let (name, columns, key) = match table {
+            AgedTable::Events => {
+                (&tables.events, &["created_at", "updated_at", "processed_at", "next_retry_at"][..], "id")
+            }
+            AgedTable::Dlq => (&tables.dlq, &["updated_at", "moved_at"][..], "id"),
+            AgedTable::Consumed => (&tables.consumed, &["consumed_at"][..], "id"),
+            AgedTable::Jobs => (&tables.jobs, &["locked_until", "locked_at"][..], "name"),
+        };
+        // NULL stays NULL: strftime of NULL is NULL.
+        let assignments: Vec<String> = columns
+            .iter()
+            .map(|column| format!("{column} = strftime('%Y-%m-%dT%H:%M:%fZ', {column}, ?1)"))
+            .collect();
+        let sql = format!(
+            "UPDATE {name} SET {} WHERE ?2 = '[]' OR {key} IN (SELECT value FROM json_each(?2))",
+            assignments.join(", ")
+        );
+        let ids = if table == AgedTable::Jobs { "[]".to_owned() } else { serde_json::to_string(ids)? };
+        sqlx::query(AssertSqlSafe(sql))
+            .bind(format!("-{}.{:03} seconds", by.as_secs(), by.subsec_millis()))
+            .bind(ids)
+            .execute(dialect.pool())
+            .await
+            .map_err(sql_error("backdating"))?;
+        Ok(())
+    }
+
+    async fn dispose(&self, dialect: SqliteDialect) -> Result<()> {
+        let file = database_file(&dialect);
+        dialect.pool().close().await;
+        for suffix in ["", "-wal", "-shm"] {
+            let mut path = file.clone().into_os_string();
+            path.push(suffix);
+            match std::fs::remove_file(&path) {
+                Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(Error::invalid_input("deleting a test database").with_source(error));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+fn main() -> ExitCode {
+    let harness = Arc::new(SqliteHarness::new());
+    Suite::new()
+        .add("dao", harness.clone(), dao_suite::cases())
+        .add("engine", harness.clone(), engine_suite::cases())
+        .add("sqlite", harness, sqlite_cases::cases())
+        .run()
+}

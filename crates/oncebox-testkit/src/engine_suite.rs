@@ -1,0 +1,397 @@
+//! The engine suite: the whole relay (pollers, retries, recovery, DLQ, clean-up) over a real
+//! dialect and the in-memory broker, checked by accounting.
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use oncebox_core::config::{Config, EventSettings, Polling};
+use oncebox_core::dao::Dialect;
+use oncebox_core::engine::{Engine, EngineHandle, EngineParts};
+use oncebox_core::event::{DlqFilter, DlqSelection, EventStatus, OutboxEvent};
+use oncebox_core::{DlqHandler, DlqStatus, NewOutboxEvent, Sender};
+use uuid::Uuid;
+
+use crate::case;
+use crate::harness::{AgedTable, DaoHarness};
+use crate::memory::MemoryBroker;
+use crate::runner::{Case, TestResult, fail};
+
+/// Every engine case.
+pub fn cases<H: DaoHarness>() -> Vec<Case<H>> {
+    vec![
+        case!(
+            "committed_events_are_delivered_and_rolled_back_events_never",
+            committed_delivered_rolled_back_never
+        ),
+        case!("backoff_retries_after_10s_30s_90s_then_fails", backoff_then_failed),
+        case!("a_stalled_worker_is_recovered_and_fenced", stalled_worker_recovered_and_fenced),
+        case!("a_crash_mid_batch_loses_nothing", crash_mid_batch_loses_nothing),
+        case!("failed_events_go_to_the_dlq_and_come_back", dlq_round_trip),
+        case!("clean_up_jobs_delete_only_old_rows", clean_up_jobs),
+    ]
+}
+
+const EVENT: &str = "order-created";
+const TOPIC: &str = "orders";
+
+fn fast() -> Polling {
+    Polling::Adaptive {
+        initial_delay: Duration::ZERO,
+        min_delay: Duration::from_millis(10),
+        max_delay: Duration::from_millis(100),
+        multiplier: 2.0,
+    }
+}
+
+fn event(index: usize) -> NewOutboxEvent {
+    NewOutboxEvent {
+        id: Uuid::now_v7(),
+        event_type: EVENT.into(),
+        payload: format!("{{\"order\":{index}}}"),
+        payload_type: "OrderCreated".into(),
+        headers: Default::default(),
+        partition_key: None,
+    }
+}
+
+fn events(count: usize) -> Vec<NewOutboxEvent> {
+    (0..count).map(event).collect()
+}
+
+fn start<D: Dialect>(
+    dialect: &D,
+    config: Config,
+    sender: Arc<dyn Sender>,
+) -> Result<EngineHandle, libtest_mimic::Failed> {
+    start_with(dialect, config, sender, None)
+}
+
+fn start_with<D: Dialect>(
+    dialect: &D,
+    config: Config,
+    sender: Arc<dyn Sender>,
+    handler: Option<Arc<dyn DlqHandler>>,
+) -> Result<EngineHandle, libtest_mimic::Failed> {
+    let mut parts = EngineParts::new(config);
+    parts.outbox = Some(dialect.outbox_dao());
+    parts.dlq = Some(dialect.dlq_dao());
+    parts.inbox = Some(dialect.inbox_dao());
+    parts.job_lock = Some(dialect.job_lock());
+    parts.sender = Some(sender);
+    if let Some(handler) = handler {
+        parts.dlq_handler = handler;
+    }
+    Engine::start(parts).map_err(fail)
+}
+
+/// Polls `check` until it returns true or `within` passes.
+async fn eventually<F, Fut>(what: &str, within: Duration, mut check: F) -> TestResult
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<bool, oncebox_core::Error>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if check().await.map_err(fail)? {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(fail(format!("timed out after {within:?} waiting until {what}")));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn row<D: Dialect>(dialect: &D, id: Uuid) -> Result<OutboxEvent, libtest_mimic::Failed> {
+    dialect.outbox_dao().get(id).await.map_err(fail)?.ok_or_else(|| fail(format!("row {id} is missing")))
+}
+
+async fn committed_delivered_rolled_back_never<H: DaoHarness>(harness: Arc<H>) -> TestResult {
+    let dialect = harness.fresh().await.map_err(fail)?;
+    let mut committed = HashSet::new();
+    let mut rolled_back = HashSet::new();
+    for (round, size) in [1usize, 7, 120, 3, 250].into_iter().enumerate() {
+        let batch = events(size);
+        let commit = round != 3;
+        harness.publish(&dialect, &batch, commit).await.map_err(fail)?;
+        let ids = batch.iter().map(|e| e.id);
+        if commit { committed.extend(ids) } else { rolled_back.extend(ids) }
+    }
+    let broker = MemoryBroker::new();
+    let config = Config::builder()
+        .event(EVENT, EventSettings::new(TOPIC).batch_size(100).polling(fast()))
+        .build()
+        .map_err(fail)?;
+    let engine = start(&dialect, config, Arc::new(broker.clone()))?;
+    let expected = committed.len();
+    eventually("every committed event is delivered", Duration::from_secs(30), || {
+        let broker = broker.clone();
+        async move { Ok(broker.delivery_counts().len() >= expected) }
+    })
+    .await?;
+    engine.shutdown(Duration::from_secs(10)).await.map_err(fail)?;
+
+    let counts = broker.delivery_counts();
+    for id in &committed {
+        assert!(counts.contains_key(id), "committed event {id} was not delivered");
+    }
+    for id in &rolled_back {
+        assert!(!counts.contains_key(id), "rolled-back event {id} was delivered");
+    }
+    assert!(counts.values().all(|n| *n == 1), "no crash, so no event is sent twice");
+    let totals = dialect.outbox_dao().counts().await.map_err(fail)?;
+    assert_eq!(totals.status_total(EventStatus::Processed), expected as u64);
+    assert_eq!(totals.total(), expected as u64, "rolled-back rows never existed");
+    let sample = row(&dialect, *committed.iter().next().ok_or_else(|| fail("empty"))?).await?;
+    assert_eq!(sample.attempts, 1);
+    assert!(sample.processed_at.is_some());
+    assert_eq!(engine.stats().delivered, expected as u64);
+    harness.dispose(dialect).await.map_err(fail)
+}
+
+async fn wait_for_attempts<D: Dialect>(
+    dialect: &D,
+    id: Uuid,
+    attempts: u32,
+) -> Result<OutboxEvent, libtest_mimic::Failed> {
+    eventually(&format!("the event has {attempts} attempts"), Duration::from_secs(20), || async move {
+        Ok(dialect
+            .outbox_dao()
+            .get(id)
+            .await?
+            .is_some_and(|r| r.attempts >= attempts && r.status != EventStatus::InProcess))
+    })
+    .await?;
+    row(dialect, id).await
+}
+
+async fn backoff_then_failed<H: DaoHarness>(harness: Arc<H>) -> TestResult {
+    let dialect = harness.fresh().await.map_err(fail)?;
+    let published = events(1);
+    let id = published[0].id;
+    harness.publish(&dialect, &published, true).await.map_err(fail)?;
+    let broker = MemoryBroker::new();
+    broker.set_down(true);
+    let config =
+        Config::builder().event(EVENT, EventSettings::new(TOPIC).polling(fast())).build().map_err(fail)?;
+    let engine = start(&dialect, config, Arc::new(broker.clone()))?;
+    for (attempts, expected_delay) in [(1u32, 10i64), (2, 30), (3, 90)] {
+        let retried = wait_for_attempts(&dialect, id, attempts).await?;
+        assert_eq!(retried.status, EventStatus::Pending, "after {attempts} failed sends");
+        assert_eq!(retried.attempts, attempts);
+        let delay = (retried.next_retry_at - retried.updated_at).num_milliseconds();
+        assert!(
+            (expected_delay * 1000 - 50..=expected_delay * 1000 + 50).contains(&delay),
+            "retry {attempts} waits {delay} ms, expected {expected_delay} s"
+        );
+        assert!(
+            retried.last_error.as_deref().is_some_and(|e| e.contains("down")),
+            "{:?}",
+            retried.last_error
+        );
+        // Make the retry due now instead of waiting for it.
+        harness
+            .backdate(&dialect, AgedTable::Events, &[id], Duration::from_secs(expected_delay as u64 + 1))
+            .await
+            .map_err(fail)?;
+        engine.wake(EVENT);
+    }
+    let failed = wait_for_attempts(&dialect, id, 4).await?;
+    assert_eq!(failed.status, EventStatus::Failed, "1 + max-retries (3) sends, then FAILED");
+    assert_eq!(failed.attempts, 4);
+    assert!(broker.delivered().is_empty());
+    engine.shutdown(Duration::from_secs(10)).await.map_err(fail)?;
+    harness.dispose(dialect).await.map_err(fail)
+}
+
+fn recovering_config() -> Result<Config, libtest_mimic::Failed> {
+    Config::builder()
+        .event(EVENT, EventSettings::new(TOPIC).polling(fast()))
+        .emergency_timeout(Duration::from_secs(1))
+        .stuck_recovery(Duration::from_secs(2), fast())
+        .build()
+        .map_err(fail)
+}
+
+async fn stalled_worker_recovered_and_fenced<H: DaoHarness>(harness: Arc<H>) -> TestResult {
+    let dialect = harness.fresh().await.map_err(fail)?;
+    let published = events(10);
+    let ids: Vec<Uuid> = published.iter().map(|e| e.id).collect();
+    harness.publish(&dialect, &published, true).await.map_err(fail)?;
+    // A worker claims the batch, then stalls past max-batch-processing-time.
+    let stalled = dialect.outbox_dao().claim(EVENT, 100).await.map_err(fail)?;
+    assert_eq!(stalled.len(), 10);
+    harness.backdate(&dialect, AgedTable::Events, &ids, Duration::from_secs(600)).await.map_err(fail)?;
+
+    let broker = MemoryBroker::new();
+    let engine = start(&dialect, recovering_config()?, Arc::new(broker.clone()))?;
+    eventually("the recovered batch is delivered by the engine", Duration::from_secs(20), || {
+        let broker = broker.clone();
+        async move { Ok(broker.delivery_counts().len() == 10) }
+    })
+    .await?;
+    engine.shutdown(Duration::from_secs(10)).await.map_err(fail)?;
+    assert!(engine.stats().recovered >= 10);
+
+    // The stalled worker wakes up and tries to settle its old claim as failed: refused.
+    let late: Vec<_> =
+        ids.iter().map(|id| oncebox_core::Settlement::Failed { id: *id, error: "late".into() }).collect();
+    let report = dialect.outbox_dao().settle(&stalled, &late).await.map_err(fail)?;
+    assert_eq!((report.settled, report.refused), (0, 10));
+    for id in &ids {
+        let row = row(&dialect, *id).await?;
+        assert_eq!(row.status, EventStatus::Processed, "the new claimer's outcome stands");
+        assert_eq!(row.attempts, 1, "recovery does not count an attempt");
+    }
+    harness.dispose(dialect).await.map_err(fail)
+}
+
+async fn crash_mid_batch_loses_nothing<H: DaoHarness>(harness: Arc<H>) -> TestResult {
+    let dialect = harness.fresh().await.map_err(fail)?;
+    let published = events(50);
+    let ids: Vec<Uuid> = published.iter().map(|e| e.id).collect();
+    harness.publish(&dialect, &published, true).await.map_err(fail)?;
+
+    // The first instance claims a batch and "crashes" while the broker has not acknowledged it.
+    let hanging = MemoryBroker::new();
+    hanging.set_send_delay(Duration::from_secs(3600));
+    let config = Config::builder()
+        .event(EVENT, EventSettings::new(TOPIC).batch_size(20).polling(fast()))
+        .build()
+        .map_err(fail)?;
+    let first = start(&dialect, config, Arc::new(hanging.clone()))?;
+    eventually("the first instance has claimed a batch", Duration::from_secs(10), || {
+        let hanging = hanging.clone();
+        async move { Ok(hanging.batches() >= 1) }
+    })
+    .await?;
+    let aborted = first.shutdown(Duration::from_millis(50)).await;
+    assert!(aborted.is_err(), "the in-flight batch cannot settle before the deadline");
+    let in_process = dialect.outbox_dao().counts().await.map_err(fail)?.status_total(EventStatus::InProcess);
+    assert_eq!(in_process, 20, "the crashed batch is left IN_PROCESS");
+
+    // A restarted instance recovers the stuck rows once they are old enough, and delivers all.
+    harness.backdate(&dialect, AgedTable::Events, &ids, Duration::from_secs(600)).await.map_err(fail)?;
+    let broker = MemoryBroker::new();
+    let second = start(&dialect, recovering_config()?, Arc::new(broker.clone()))?;
+    eventually("every event is delivered after the restart", Duration::from_secs(20), || {
+        let broker = broker.clone();
+        async move { Ok(broker.delivery_counts().len() == 50) }
+    })
+    .await?;
+    second.shutdown(Duration::from_secs(10)).await.map_err(fail)?;
+    let counts = broker.delivery_counts();
+    assert!(ids.iter().all(|id| counts.contains_key(id)), "at least once, across the crash");
+    harness.dispose(dialect).await.map_err(fail)
+}
+
+#[derive(Default)]
+struct RecordingHandler {
+    moved: Mutex<Vec<Uuid>>,
+}
+
+#[async_trait]
+impl DlqHandler for RecordingHandler {
+    async fn handle(&self, moved: &[OutboxEvent]) {
+        if let Ok(mut ids) = self.moved.lock() {
+            ids.extend(moved.iter().map(|e| e.id));
+        }
+    }
+}
+
+async fn dlq_round_trip<H: DaoHarness>(harness: Arc<H>) -> TestResult {
+    let dialect = harness.fresh().await.map_err(fail)?;
+    let published = events(3);
+    let poison = published[1].id;
+    harness.publish(&dialect, &published, true).await.map_err(fail)?;
+    let broker = MemoryBroker::new();
+    broker.reject(poison);
+    let config = Config::builder()
+        .event(EVENT, EventSettings::new(TOPIC).max_retries(1).polling(fast()))
+        .default_backoff(oncebox_core::config::Backoff { enabled: false, ..Default::default() })
+        .dlq_enabled(true)
+        .dlq_polling(fast())
+        .build()
+        .map_err(fail)?;
+    let handler = Arc::new(RecordingHandler::default());
+    let engine = start_with(&dialect, config, Arc::new(broker.clone()), Some(handler.clone()))?;
+    let dlq = dialect.dlq_dao();
+    eventually("the poison event reaches the DLQ", Duration::from_secs(20), || {
+        let dlq = dlq.clone();
+        async move { Ok(dlq.get(poison).await?.is_some()) }
+    })
+    .await?;
+    let moved = dlq.get(poison).await.map_err(fail)?.ok_or_else(|| fail("missing DLQ row"))?;
+    assert_eq!(moved.dlq_status, DlqStatus::Moved);
+    assert_eq!(moved.event.attempts, 2, "1 + max-retries (1) sends");
+    assert!(dialect.outbox_dao().get(poison).await.map_err(fail)?.is_none(), "moved, not copied");
+    eventually("the DLQ handler saw the move", Duration::from_secs(5), || {
+        let handler = handler.clone();
+        async move { Ok(handler.moved.lock().map(|m| m.contains(&poison)).unwrap_or(false)) }
+    })
+    .await?;
+
+    // A person fixes the cause and asks for a retry.
+    broker.accept(poison);
+    let changed = dlq.set_status(&DlqSelection::Ids(vec![poison]), DlqStatus::ToRetry).await.map_err(fail)?;
+    assert_eq!(changed, 1);
+    eventually("the re-driven event is delivered", Duration::from_secs(20), || {
+        let broker = broker.clone();
+        async move { Ok(broker.delivery_counts().contains_key(&poison)) }
+    })
+    .await?;
+    engine.shutdown(Duration::from_secs(10)).await.map_err(fail)?;
+    assert_eq!(dlq.count(&DlqFilter::default()).await.map_err(fail)?, 0);
+    let redriven = row(&dialect, poison).await?;
+    assert_eq!(redriven.status, EventStatus::Processed);
+    assert_eq!(redriven.attempts, 1, "attempts restart from 0 when re-driven");
+    assert_eq!(broker.delivery_counts().len(), 3);
+    harness.dispose(dialect).await.map_err(fail)
+}
+
+async fn clean_up_jobs<H: DaoHarness>(harness: Arc<H>) -> TestResult {
+    let dialect = harness.fresh().await.map_err(fail)?;
+    let published = events(5);
+    let ids: Vec<Uuid> = published.iter().map(|e| e.id).collect();
+    harness.publish(&dialect, &published, true).await.map_err(fail)?;
+    let consumed: Vec<Uuid> = (0..3).map(|_| Uuid::now_v7()).collect();
+    dialect.inbox_dao().record_many("billing", &consumed).await.map_err(fail)?;
+
+    let broker = MemoryBroker::new();
+    let hour = Duration::from_secs(3600);
+    let config = Config::builder()
+        .event(EVENT, EventSettings::new(TOPIC).polling(fast()))
+        .processed_clean_up(Some((hour, fast())))
+        .inbox_enabled(true)
+        .inbox_clean_up(Some((hour, fast())))
+        .build()
+        .map_err(fail)?;
+    let engine = start(&dialect, config, Arc::new(broker.clone()))?;
+    eventually("all events are delivered", Duration::from_secs(20), || {
+        let broker = broker.clone();
+        async move { Ok(broker.delivery_counts().len() == 5) }
+    })
+    .await?;
+    eventually("all rows are settled", Duration::from_secs(20), || async {
+        Ok(dialect.outbox_dao().counts().await?.status_total(EventStatus::Processed) == 5)
+    })
+    .await?;
+    harness.backdate(&dialect, AgedTable::Events, &ids[..3], 2 * hour).await.map_err(fail)?;
+    harness.backdate(&dialect, AgedTable::Consumed, &consumed[..2], 2 * hour).await.map_err(fail)?;
+    eventually("old processed rows are cleaned up", Duration::from_secs(20), || async {
+        Ok(dialect.outbox_dao().counts().await?.total() == 2)
+    })
+    .await?;
+    eventually("old inbox records are cleaned up", Duration::from_secs(20), || async {
+        Ok(dialect.inbox_dao().consumed("billing", &consumed).await?.len() == 1)
+    })
+    .await?;
+    engine.shutdown(Duration::from_secs(10)).await.map_err(fail)?;
+    for id in &ids[3..] {
+        assert!(dialect.outbox_dao().get(*id).await.map_err(fail)?.is_some(), "recent rows stay");
+    }
+    harness.dispose(dialect).await.map_err(fail)
+}

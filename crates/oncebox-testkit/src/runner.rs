@@ -1,0 +1,95 @@
+//! Runs suites through `libtest-mimic` from a backend's `tests/conformance.rs` (`harness = false`).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use libtest_mimic::{Arguments, Failed, Trial};
+
+/// The result of one conformance test.
+pub type TestResult = Result<(), Failed>;
+
+/// A boxed test future.
+pub type TestFuture = Pin<Box<dyn Future<Output = TestResult> + Send>>;
+
+/// One named test over a harness `H`.
+pub struct Case<H> {
+    /// Test name, unique within its suite.
+    pub name: &'static str,
+    /// The test body.
+    pub run: fn(Arc<H>) -> TestFuture,
+}
+
+impl<H> Clone for Case<H> {
+    fn clone(&self) -> Self {
+        Self { name: self.name, run: self.run }
+    }
+}
+
+/// Boxes an async test function into a [`Case`]'s body.
+#[macro_export]
+macro_rules! case {
+    ($name:literal, $function:path) => {
+        $crate::runner::Case { name: $name, run: |harness| Box::pin($function(harness)) }
+    };
+}
+
+/// Converts any displayable error into a test failure.
+pub fn fail(message: impl std::fmt::Display) -> Failed {
+    Failed::from(message.to_string())
+}
+
+/// A set of trials to run in one test binary.
+#[derive(Default)]
+pub struct Suite {
+    trials: Vec<Trial>,
+}
+
+impl Suite {
+    /// An empty suite.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `cases` over `harness`, each named `<prefix>::<case>` and run on its own tokio runtime.
+    pub fn add<H: Send + Sync + 'static>(
+        mut self,
+        prefix: &str,
+        harness: Arc<H>,
+        cases: Vec<Case<H>>,
+    ) -> Self {
+        for case in cases {
+            let harness = harness.clone();
+            let name = format!("{prefix}::{}", case.name);
+            self.trials.push(Trial::test(name, move || {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .map_err(fail)?;
+                runtime.block_on((case.run)(harness))
+            }));
+        }
+        self
+    }
+
+    /// Runs the trials with the command line's arguments.
+    pub fn run(self) -> ExitCode {
+        let arguments = Arguments::from_args();
+        libtest_mimic::run(&arguments, self.trials).exit_code()
+    }
+}
+
+/// The backend's server is not configured: says so on stderr and exits successfully, unless
+/// `CI=true`, where a missing server is a failure.
+pub fn server_missing(suite: &str, variable: &str) -> ExitCode {
+    let in_ci = std::env::var("CI").is_ok_and(|value| value == "true" || value == "1");
+    if in_ci {
+        eprintln!("FAILED: {suite}: {variable} is not set, and CI=true requires every suite to run");
+        ExitCode::FAILURE
+    } else {
+        eprintln!("SKIPPED: {suite}: set {variable} to run this suite against a real server");
+        ExitCode::SUCCESS
+    }
+}

@@ -1,0 +1,361 @@
+//! **oncebox** makes "change my database and tell the world" safe.
+//!
+//! A service writes an event row in the same transaction as its business rows (the transactional
+//! **outbox**); oncebox's pollers deliver those rows to Kafka or RabbitMQ at least once; on the
+//! receiving side the **inbox** remembers processed event ids so every effect happens once.
+//!
+//! Depend on this crate plus exactly one dialect and one transport, e.g. `oncebox` with the
+//! `sqlite` feature (or `oncebox-postgres`) and `oncebox-kafka`. Assemble once at start-up:
+//!
+//! ```no_run
+//! # #[cfg(feature = "sqlite")]
+//! # async fn example(sender: std::sync::Arc<dyn oncebox::Sender>) -> Result<(), Box<dyn std::error::Error>> {
+//! use oncebox::{Config, Consumed, Oncebox};
+//! use oncebox::sqlite::SqliteDialect;
+//!
+//! let config = Config::from_yaml_str(r#"
+//! oncebox:
+//!   outbox:
+//!     events:
+//!       order-created: { topic: orders }
+//!   inbox: {}
+//! "#)?;
+//! let dialect = SqliteDialect::connect("sqlite://orders.db").await?;
+//! let pool = dialect.pool().clone();
+//! let outbox = Oncebox::builder(config).dialect(dialect).sender_arc(sender).start().await?;
+//!
+//! // Publish inside the business transaction: the event exists if and only if it commits.
+//! let mut tx = pool.begin().await?;
+//! // … business writes on &mut *tx …
+//! outbox.publisher().publish(&mut tx, "order-created", &serde_json::json!({"id": 7})).await?;
+//! tx.commit().await?;
+//!
+//! // Consume through the inbox: the id and the effect commit together.
+//! let event_id = uuid::Uuid::now_v7();
+//! let inbox = outbox.inbox("billing");
+//! let mut tx = pool.begin().await?;
+//! let outcome = inbox
+//!     .consume_in(&mut tx, event_id, async |_tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>| {
+//!         Ok::<_, std::io::Error>(())
+//!     })
+//!     .await?;
+//! tx.commit().await?;
+//! if outcome.is_applied() { inbox.remember(event_id).await; }
+//!
+//! outbox.shutdown(std::time::Duration::from_secs(30)).await?;
+//! # Ok(()) }
+//! ```
+#![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use oncebox_core::config::{self, EventSettings, Polling};
+pub use oncebox_core::engine::{Lifecycle, StatsSnapshot, Wakers};
+pub use oncebox_core::{Config, event, hooks};
+pub use oncebox_core::{
+    ConsumeError, Consumed, ConsumedCache, Dialect, DlqDao, DlqHandler, DlqStatus, EngineHandle, Error,
+    ErrorKind, EventMeta, EventStatus, Headers, Inbox, InboxDao, JsonSerializer, NewOutboxEvent, NoCache,
+    NoMetrics, OutboundMessage, OutboxDao, OutboxEvent, OutboxMetrics, Publisher, Result, SendError, Sender,
+    SerializedEvent, Serializer, UuidGenerator, UuidV7Generator,
+};
+
+/// The embedded SQLite dialect.
+#[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+pub use oncebox_sqlite as sqlite;
+
+use oncebox_core::dao::SchemaPlan;
+use oncebox_core::engine::{Engine, EngineParts};
+use oncebox_core::hooks::LogDlqHandler;
+
+/// A started oncebox: the engine's handle, the publisher and the inbox factory.
+pub struct Oncebox<D: Dialect, S = JsonSerializer> {
+    engine: EngineHandle,
+    publisher: Publisher<Arc<D::Writer>, S>,
+    writer: Arc<D::Writer>,
+    dialect: Arc<D>,
+    cache: Arc<dyn ConsumedCache>,
+    metrics: Arc<dyn OutboxMetrics>,
+    config: Config,
+}
+
+/// Marks a builder that has no dialect yet.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoDialect;
+
+/// Assembles configuration, a dialect, a sender and optional hooks; [`start`](Self::start) spawns
+/// the engine.
+#[must_use]
+pub struct OnceboxBuilder<D, S = JsonSerializer> {
+    config: Config,
+    dialect: D,
+    sender: Option<Arc<dyn Sender>>,
+    serializer: S,
+    ids: Arc<dyn UuidGenerator>,
+    metrics: Arc<dyn OutboxMetrics>,
+    cache: Option<Arc<dyn ConsumedCache>>,
+    dlq_handler: Arc<dyn DlqHandler>,
+    worker_id: uuid::Uuid,
+}
+
+impl Oncebox<Unassembled> {
+    /// Starts assembling oncebox from a validated configuration.
+    pub fn builder(config: Config) -> OnceboxBuilder<NoDialect> {
+        OnceboxBuilder {
+            config,
+            dialect: NoDialect,
+            sender: None,
+            serializer: JsonSerializer,
+            ids: Arc::new(UuidV7Generator),
+            metrics: Arc::new(NoMetrics),
+            cache: None,
+            dlq_handler: Arc::new(LogDlqHandler),
+            worker_id: uuid::Uuid::new_v4(),
+        }
+    }
+}
+
+/// The type behind [`Oncebox::builder`] before a dialect is chosen; it has no values.
+#[doc(hidden)]
+pub enum Unassembled {}
+
+#[oncebox_core::async_trait]
+impl Dialect for Unassembled {
+    type Writer = ();
+    fn name(&self) -> &'static str {
+        match *self {}
+    }
+    fn use_tables(&mut self, _tables: &oncebox_core::TableNames) {
+        match *self {}
+    }
+    async fn create_schema(&self, _plan: SchemaPlan) -> Result<()> {
+        match *self {}
+    }
+    fn outbox_dao(&self) -> Arc<dyn OutboxDao> {
+        match *self {}
+    }
+    fn dlq_dao(&self) -> Arc<dyn DlqDao> {
+        match *self {}
+    }
+    fn inbox_dao(&self) -> Arc<dyn InboxDao> {
+        match *self {}
+    }
+    fn job_lock(&self) -> Arc<dyn oncebox_core::JobLock> {
+        match *self {}
+    }
+    fn writer(&self) -> Self::Writer {
+        match *self {}
+    }
+}
+
+impl<S> OnceboxBuilder<NoDialect, S> {
+    /// The database backend (e.g. `SqliteDialect`, `PgDialect`).
+    pub fn dialect<D: Dialect>(self, dialect: D) -> OnceboxBuilder<D, S> {
+        OnceboxBuilder {
+            config: self.config,
+            dialect,
+            sender: self.sender,
+            serializer: self.serializer,
+            ids: self.ids,
+            metrics: self.metrics,
+            cache: self.cache,
+            dlq_handler: self.dlq_handler,
+            worker_id: self.worker_id,
+        }
+    }
+}
+
+impl<D, S> OnceboxBuilder<D, S> {
+    /// The transport that delivers events (required when `oncebox.outbox` is configured).
+    pub fn sender(self, sender: impl Sender + 'static) -> Self {
+        self.sender_arc(Arc::new(sender))
+    }
+
+    /// The transport, already shared.
+    pub fn sender_arc(mut self, sender: Arc<dyn Sender>) -> Self {
+        self.sender = Some(sender);
+        self
+    }
+
+    /// Replaces the JSON serializer.
+    pub fn serializer<S2>(self, serializer: S2) -> OnceboxBuilder<D, S2> {
+        OnceboxBuilder {
+            config: self.config,
+            dialect: self.dialect,
+            sender: self.sender,
+            serializer,
+            ids: self.ids,
+            metrics: self.metrics,
+            cache: self.cache,
+            dlq_handler: self.dlq_handler,
+            worker_id: self.worker_id,
+        }
+    }
+
+    /// Replaces the UUIDv7 id generator.
+    pub fn uuid_generator(mut self, ids: impl UuidGenerator + 'static) -> Self {
+        self.ids = Arc::new(ids);
+        self
+    }
+
+    /// Records metrics through this hook.
+    pub fn metrics(mut self, metrics: Arc<dyn OutboxMetrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// Puts a consumed-id cache in front of the inbox's single-event calls.
+    pub fn consumed_cache(mut self, cache: Arc<dyn ConsumedCache>) -> Self {
+        self.cache = Some(cache);
+        self
+    }
+
+    /// Called after each committed transfer to the DLQ (default: logs the ids).
+    pub fn dlq_handler(mut self, handler: impl DlqHandler + 'static) -> Self {
+        self.dlq_handler = Arc::new(handler);
+        self
+    }
+
+    /// This instance's id, the owner of its job locks (default: random per start).
+    pub fn worker_id(mut self, worker_id: uuid::Uuid) -> Self {
+        self.worker_id = worker_id;
+        self
+    }
+}
+
+impl<D: Dialect, S> OnceboxBuilder<D, S> {
+    /// Creates missing tables (when `tables.auto-create`), then starts the pollers and jobs on the
+    /// current tokio runtime.
+    pub async fn start(self) -> Result<Oncebox<D, S>> {
+        let OnceboxBuilder {
+            config,
+            mut dialect,
+            sender,
+            serializer,
+            ids,
+            metrics,
+            cache,
+            dlq_handler,
+            worker_id,
+        } = self;
+        dialect.use_tables(&config.tables.names);
+        let outbox_config = config.outbox.as_ref();
+        let dlq_enabled = outbox_config.is_some_and(|o| o.dlq.is_some());
+        let plan = SchemaPlan {
+            outbox: outbox_config.is_some(),
+            dlq: dlq_enabled,
+            inbox: config.inbox.is_some(),
+            jobs: outbox_config
+                .is_some_and(|o| o.clean_up.is_some() || o.dlq.is_some_and(|d| d.clean_up.is_some()))
+                || config.inbox.as_ref().is_some_and(|i| i.clean_up.is_some()),
+        };
+        if config.tables.auto_create {
+            dialect.create_schema(plan).await.map_err(|e| e.context("creating oncebox tables"))?;
+        }
+        if config.inbox.as_ref().is_some_and(|i| i.cache.is_some()) && cache.is_none() {
+            tracing::warn!(
+                "oncebox.inbox.cache is configured but no cache was attached; every inbox check goes to the database"
+            );
+        }
+        if outbox_config.is_some() && sender.is_none() {
+            return Err(Error::config(
+                "oncebox.outbox",
+                "events are configured but no sender was given to the builder",
+            ));
+        }
+        let mut parts = EngineParts::new(config.clone());
+        parts.worker_id = worker_id;
+        parts.metrics = metrics.clone();
+        parts.dlq_handler = dlq_handler;
+        parts.sender = sender;
+        parts.job_lock = plan.jobs.then(|| dialect.job_lock());
+        if plan.outbox {
+            parts.outbox = Some(dialect.outbox_dao());
+            parts.wake_source = dialect.wake_source().await?;
+        }
+        if plan.dlq {
+            parts.dlq = Some(dialect.dlq_dao());
+        }
+        if plan.inbox {
+            parts.inbox = Some(dialect.inbox_dao());
+        }
+        let engine = Engine::start(parts)?;
+        let writer = Arc::new(dialect.writer());
+        let event_types =
+            outbox_config.map(|o| o.events.keys().cloned().collect::<Vec<_>>()).unwrap_or_default();
+        let publisher =
+            Publisher::new(writer.clone(), event_types).with_serializer(serializer).with_uuid_generator(ids);
+        tracing::info!(dialect = dialect.name(), "oncebox started");
+        Ok(Oncebox {
+            engine,
+            publisher,
+            writer,
+            dialect: Arc::new(dialect),
+            cache: cache.unwrap_or_else(|| Arc::new(NoCache)),
+            metrics,
+            config,
+        })
+    }
+}
+
+impl<D: Dialect, S> Oncebox<D, S> {
+    /// Writes events inside the caller's transactions.
+    pub fn publisher(&self) -> &Publisher<Arc<D::Writer>, S> {
+        &self.publisher
+    }
+
+    /// The inbox of `consumer` (records are keyed by consumer and event id).
+    pub fn inbox(&self, consumer: impl Into<String>) -> Inbox<Arc<D::Writer>> {
+        Inbox::new(consumer, self.dialect.inbox_dao(), self.writer.clone())
+            .with_cache(self.cache.clone())
+            .with_metrics(self.metrics.clone())
+    }
+
+    /// Cuts the sleep of `event_type`'s poller short; `false` when it has no poller.
+    pub fn wake(&self, event_type: &str) -> bool {
+        self.engine.wake(event_type)
+    }
+
+    /// The engine's state.
+    pub fn state(&self) -> Lifecycle {
+        self.engine.state()
+    }
+
+    /// Running totals since start.
+    pub fn stats(&self) -> StatsSnapshot {
+        self.engine.stats()
+    }
+
+    /// The engine handle (state changes, wakers).
+    pub fn engine(&self) -> &EngineHandle {
+        &self.engine
+    }
+
+    /// The dialect, e.g. to reach its pool.
+    pub fn dialect(&self) -> &D {
+        &self.dialect
+    }
+
+    /// The DLQ DAO, for tools and the DLQ API.
+    pub fn dlq(&self) -> Arc<dyn DlqDao> {
+        self.dialect.dlq_dao()
+    }
+
+    /// The outbox DAO, for tools and gauges.
+    pub fn outbox_dao(&self) -> Arc<dyn OutboxDao> {
+        self.dialect.outbox_dao()
+    }
+
+    /// The configuration it runs with.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Graceful shutdown: stops claiming, lets in-flight batches settle within `deadline`,
+    /// flushes the sender.
+    pub async fn shutdown(&self, deadline: Duration) -> Result<()> {
+        self.engine.shutdown(deadline).await
+    }
+}

@@ -1,0 +1,116 @@
+//! The facade assembled with the SQLite dialect and the in-memory broker.
+
+use std::time::{Duration, Instant};
+
+use oncebox::sqlite::SqliteDialect;
+use oncebox::{Config, Consumed, ErrorKind, Lifecycle, Oncebox};
+use oncebox_testkit::MemoryBroker;
+
+type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+fn database_url(name: &str) -> Result<String, Box<dyn std::error::Error + Send + Sync>> {
+    let directory = std::env::temp_dir().join("oncebox-facade-tests");
+    std::fs::create_dir_all(&directory)?;
+    let path = directory.join(format!("{name}-{}.db", uuid::Uuid::now_v7()));
+    Ok(format!("sqlite://{}", path.display()))
+}
+
+const CONFIG: &str = r#"
+oncebox:
+  outbox:
+    events:
+      order-created:
+        topic: orders
+        polling: { min-fixed-delay: 10ms, max-fixed-delay: 100ms }
+  inbox: {}
+"#;
+
+#[derive(serde::Serialize)]
+struct OrderCreated {
+    id: i64,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publish_commit_deliver_and_consume_once() -> TestResult {
+    let dialect = SqliteDialect::connect(&database_url("loop")?).await?;
+    let pool = dialect.pool().clone();
+    let broker = MemoryBroker::new();
+    let outbox = Oncebox::builder(Config::from_yaml_str(CONFIG)?)
+        .dialect(dialect)
+        .sender(broker.clone())
+        .start()
+        .await?;
+    assert_eq!(outbox.state(), Lifecycle::Running);
+
+    let mut tx = pool.begin().await?;
+    let kept = outbox.publisher().publish(&mut tx, "order-created", &OrderCreated { id: 1 }).await?;
+    tx.commit().await?;
+    let mut tx = pool.begin().await?;
+    let dropped = outbox.publisher().publish(&mut tx, "order-created", &OrderCreated { id: 2 }).await?;
+    tx.rollback().await?;
+
+    let mut tx = pool.begin().await?;
+    let unknown = outbox.publisher().publish(&mut tx, "order-deleted", &OrderCreated { id: 3 }).await;
+    assert_eq!(unknown.err().map(|e| e.kind()), Some(ErrorKind::InvalidInput));
+    tx.rollback().await?;
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !broker.delivery_counts().contains_key(&kept) {
+        assert!(Instant::now() < deadline, "the committed event was not delivered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!broker.delivery_counts().contains_key(&dropped));
+
+    let inbox = outbox.inbox("billing");
+    for expected_applied in [true, false] {
+        let mut tx = pool.begin().await?;
+        let outcome = inbox
+            .consume_in(&mut tx, kept, async |tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>| {
+                sqlx::query("SELECT 1").execute(&mut **tx).await.map(|_| ())
+            })
+            .await?;
+        tx.commit().await?;
+        assert_eq!(outcome.is_applied(), expected_applied);
+    }
+    let once = inbox.consume_once(kept, async || Ok::<_, std::io::Error>(())).await?;
+    assert_eq!(once, Consumed::Duplicate, "the non-transactional flavour shares the inbox key");
+
+    outbox.shutdown(Duration::from_secs(10)).await?;
+    assert_eq!(outbox.state(), Lifecycle::Stopped);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_consumer_only_service_creates_no_outbox_tables_and_needs_no_sender() -> TestResult {
+    let dialect = SqliteDialect::connect(&database_url("consumer")?).await?;
+    let pool = dialect.pool().clone();
+    let config = Config::from_yaml_str("oncebox:\n  inbox: {}\n")?;
+    let service = Oncebox::builder(config).dialect(dialect).start().await?;
+    let tables: Vec<String> =
+        sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+            .fetch_all(&pool)
+            .await?;
+    assert!(tables.contains(&"outbox_consumed_events".to_owned()), "{tables:?}");
+    assert!(!tables.contains(&"outbox_events".to_owned()), "{tables:?}");
+    service.shutdown(Duration::from_secs(5)).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_outbox_without_a_sender_fails_to_start_with_the_key_named() -> TestResult {
+    let dialect = SqliteDialect::connect(&database_url("nosender")?).await?;
+    let error = Oncebox::builder(Config::from_yaml_str(CONFIG)?).dialect(dialect).start().await.err();
+    let message = error.map(|e| e.to_string()).unwrap_or_default();
+    assert!(message.contains("oncebox.outbox") && message.contains("no sender"), "{message}");
+    Ok(())
+}
+
+#[test]
+fn public_types_are_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Oncebox<SqliteDialect>>();
+    assert_send_sync::<oncebox::Inbox<std::sync::Arc<oncebox::sqlite::SqliteWriter>>>();
+    assert_send_sync::<oncebox::EngineHandle>();
+    assert_send_sync::<Config>();
+    assert_send_sync::<oncebox::Error>();
+}
