@@ -128,12 +128,7 @@ async fn run(args: Args) -> Result<bool, Failure> {
         let order =
             OrderPlaced { order_id, customer: format!("customer-{order_id}"), total_cents: 1_000 + order_id };
         let mut tx = pool.begin().await?;
-        sqlx::query("INSERT INTO orders (id, customer, total_cents) VALUES (?, ?, ?)")
-            .bind(order.order_id)
-            .bind(&order.customer)
-            .bind(order.total_cents)
-            .execute(&mut *tx)
-            .await?;
+        insert_order(&mut tx, &order).await?;
         let event_id = outbox.publisher().publish(&mut tx, "order-placed", &order).await?;
         if order_id % 5 == 0 {
             tx.rollback().await?;
@@ -149,12 +144,7 @@ async fn run(args: Args) -> Result<bool, Failure> {
         .collect();
     let mut tx = pool.begin().await?;
     for order in &bulk {
-        sqlx::query("INSERT INTO orders (id, customer, total_cents) VALUES (?, ?, ?)")
-            .bind(order.order_id)
-            .bind(&order.customer)
-            .bind(order.total_cents)
-            .execute(&mut *tx)
-            .await?;
+        insert_order(&mut tx, order).await?;
     }
     committed.extend(outbox.publisher().publish_all(&mut tx, "order-placed", &bulk).await?);
     tx.commit().await?;
@@ -212,6 +202,20 @@ async fn run(args: Args) -> Result<bool, Failure> {
         println!("NOT OK: lost {lost:?}, leaked {leaked:?}");
     }
     Ok(ok)
+}
+
+/// The business write the events describe.
+async fn insert_order(
+    tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
+    order: &OrderPlaced,
+) -> Result<(), Failure> {
+    sqlx::query("INSERT INTO orders (id, customer, total_cents) VALUES (?, ?, ?)")
+        .bind(order.order_id)
+        .bind(&order.customer)
+        .bind(order.total_cents)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
 }
 
 /// Applies one delivery: the shipment row and the inbox record commit together.

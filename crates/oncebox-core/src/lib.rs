@@ -40,8 +40,8 @@ pub use dao::{
 pub use engine::{Engine, EngineHandle, EngineParts, Lifecycle, StatsSnapshot};
 pub use error::{Error, ErrorKind, Result};
 pub use event::{
-    ClaimedBatch, DlqEvent, DlqStatus, EventStatus, Headers, NewOutboxEvent, OutboundMessage, OutboxEvent,
-    SettleReport, Settlement,
+    ClaimedBatch, DlqCounts, DlqEvent, DlqFilter, DlqSelection, DlqStatus, EventStatus, Headers, InboxRecord,
+    JobLease, NewOutboxEvent, OutboundMessage, OutboxEvent, SettleReport, Settlement,
 };
 pub use hooks::{ConsumedCache, NoCache, NoMetrics, OutboxMetrics};
 pub use hooks::{DlqHandler, LogDlqHandler};

@@ -5,7 +5,10 @@ use std::pin::Pin;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use libtest_mimic::{Arguments, Failed, Trial};
+use libtest_mimic::{Arguments, Trial};
+
+/// A test failure (re-exported so backend test helpers can name it).
+pub use libtest_mimic::Failed;
 
 /// The result of one conformance test.
 pub type TestResult = Result<(), Failed>;

@@ -26,7 +26,7 @@ pub use tasks::{
     JOB_TRANSFER_TO_DLQ,
 };
 
-use crate::config::{Config, Polling};
+use crate::config::{CleanUpConfig, Config, Polling};
 use crate::dao::{DlqDao, InboxDao, JobLock, OutboxDao, WakeSource, WakeUp};
 use crate::error::{Error, ErrorKind, Result};
 use crate::hooks::{DlqHandler, LogDlqHandler, NoMetrics, OutboxMetrics, TaskOutcome};
@@ -280,6 +280,21 @@ impl Engine {
         let lock = |key: &str| -> Result<Arc<dyn JobLock>> {
             parts.job_lock.clone().ok_or_else(|| missing(&format!("{key} needs a job lock")))
         };
+        let clean_up_spec = |job: &'static str, key: &str, target: CleanUpTarget, clean_up: CleanUpConfig| {
+            Ok::<_, Error>(TaskSpec {
+                body: Arc::new(LockedCleanUp {
+                    job,
+                    target,
+                    config: clean_up,
+                    lock: lock(key)?,
+                    owner: parts.worker_id,
+                    lock_durations: config.distributed_lock.durations_for(&clean_up.polling),
+                    metrics: parts.metrics.clone(),
+                }),
+                polling: clean_up.polling,
+                wake: None,
+            })
+        };
         if let Some(outbox_config) = &config.outbox {
             let outbox = parts
                 .outbox
@@ -317,19 +332,12 @@ impl Engine {
                 wake: None,
             });
             if let Some(clean_up) = outbox_config.clean_up {
-                specs.push(TaskSpec {
-                    body: Arc::new(LockedCleanUp {
-                        job: JOB_CLEANUP_PROCESSED,
-                        target: CleanUpTarget::Processed(outbox.clone()),
-                        config: clean_up,
-                        lock: lock("oncebox.outbox.clean-up")?,
-                        owner: parts.worker_id,
-                        lock_durations: config.distributed_lock.durations_for(&clean_up.polling),
-                        metrics: parts.metrics.clone(),
-                    }),
-                    polling: clean_up.polling,
-                    wake: None,
-                });
+                specs.push(clean_up_spec(
+                    JOB_CLEANUP_PROCESSED,
+                    "oncebox.outbox.clean-up",
+                    CleanUpTarget::Processed(outbox.clone()),
+                    clean_up,
+                )?);
             }
             if let Some(dlq_config) = outbox_config.dlq {
                 let dlq = parts
@@ -359,19 +367,12 @@ impl Engine {
                     wake: None,
                 });
                 if let Some(clean_up) = dlq_config.clean_up {
-                    specs.push(TaskSpec {
-                        body: Arc::new(LockedCleanUp {
-                            job: JOB_CLEANUP_DLQ,
-                            target: CleanUpTarget::ResolvedDlq(dlq),
-                            config: clean_up,
-                            lock: lock("oncebox.outbox.dlq.clean-up")?,
-                            owner: parts.worker_id,
-                            lock_durations: config.distributed_lock.durations_for(&clean_up.polling),
-                            metrics: parts.metrics.clone(),
-                        }),
-                        polling: clean_up.polling,
-                        wake: None,
-                    });
+                    specs.push(clean_up_spec(
+                        JOB_CLEANUP_DLQ,
+                        "oncebox.outbox.dlq.clean-up",
+                        CleanUpTarget::ResolvedDlq(dlq),
+                        clean_up,
+                    )?);
                 }
             }
         }
@@ -382,19 +383,12 @@ impl Engine {
                 .inbox
                 .clone()
                 .ok_or_else(|| missing("oncebox.inbox is configured but no inbox DAO was given"))?;
-            specs.push(TaskSpec {
-                body: Arc::new(LockedCleanUp {
-                    job: JOB_CLEANUP_CONSUMED,
-                    target: CleanUpTarget::Consumed(inbox),
-                    config: clean_up,
-                    lock: lock("oncebox.inbox.clean-up")?,
-                    owner: parts.worker_id,
-                    lock_durations: config.distributed_lock.durations_for(&clean_up.polling),
-                    metrics: parts.metrics.clone(),
-                }),
-                polling: clean_up.polling,
-                wake: None,
-            });
+            specs.push(clean_up_spec(
+                JOB_CLEANUP_CONSUMED,
+                "oncebox.inbox.clean-up",
+                CleanUpTarget::Consumed(inbox),
+                clean_up,
+            )?);
         }
         Ok(specs)
     }
