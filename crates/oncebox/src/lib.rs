@@ -66,6 +66,16 @@ pub use oncebox_core::{
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use oncebox_sqlite as sqlite;
 
+/// The PostgreSQL dialect.
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use oncebox_postgres as postgres;
+
+/// The RabbitMQ transport (lapin): sender with publisher confirms and the inbox listener.
+#[cfg(feature = "rabbit")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rabbit")))]
+pub use oncebox_rabbit as rabbit;
+
 use oncebox_core::dao::SchemaPlan;
 use oncebox_core::engine::{Engine, EngineParts};
 use oncebox_core::hooks::LogDlqHandler;

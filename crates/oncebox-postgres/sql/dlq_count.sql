@@ -1,0 +1,3 @@
+SELECT COUNT(*) AS row_count
+FROM {dlq}
+WHERE ($1::text IS NULL OR dlq_status = $1) AND ($2::text IS NULL OR event_type = $2)

@@ -1,0 +1,2 @@
+UPDATE {dlq} SET dlq_status = $1, updated_at = clock_timestamp()
+WHERE dlq_status <> 'IN_PROCESS' AND id = ANY($2::uuid[])

@@ -1,0 +1,16 @@
+-- The batch insert plus one NOTIFY per distinct event type ($8, deduplicated by the caller) on
+-- channel $7, in the same statement. NOTIFY is transactional: listeners hear it only if the
+-- caller's transaction commits.
+WITH inserted AS (
+    INSERT INTO {events} (
+        id, event_type, payload, payload_type, headers, partition_key, status, attempts,
+        next_retry_at, created_at, updated_at
+    )
+    SELECT batch.id, batch.event_type, batch.payload, batch.payload_type, batch.headers::jsonb,
+           batch.partition_key, 'PENDING', 0, clock.now, clock.now, clock.now
+    FROM (SELECT clock_timestamp() AS now) AS clock,
+         UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
+             AS batch (id, event_type, payload, payload_type, headers, partition_key)
+)
+SELECT pg_notify($7, event_type)::text AS notified
+FROM UNNEST($8::text[]) AS event_type

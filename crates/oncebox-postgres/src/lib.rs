@@ -1,0 +1,257 @@
+//! The PostgreSQL dialect of oncebox, via sqlx: the dialect for services that run more than one
+//! instance.
+//!
+//! [`PgDialect`] provides the DAOs the relay uses, a [`PgWriter`] that publishes into the caller's
+//! own `sqlx::Transaction<'_, Postgres>` (so an event commits or rolls back together with the
+//! business rows) and LISTEN/NOTIFY wake-ups. Any number of instances share one table: claims use
+//! `FOR UPDATE SKIP LOCKED`, every state change out of a claim is fenced by its claim token, and
+//! every time that matters comes from the database clock.
+//!
+//! ```no_run
+//! use oncebox_core::{Dialect, NewOutboxEvent, OutboxDao, OutboxWriter, SchemaPlan};
+//! use oncebox_postgres::PgDialect;
+//!
+//! # async fn run() -> oncebox_core::Result<()> {
+//! let dialect = PgDialect::connect("postgres://app@localhost/orders").await?;
+//! dialect.create_schema(SchemaPlan { outbox: true, dlq: true, inbox: true, jobs: true }).await?;
+//!
+//! let event = NewOutboxEvent {
+//!     id: uuid::Uuid::now_v7(),
+//!     event_type: "order-created".into(),
+//!     payload: r#"{"order":42}"#.into(),
+//!     payload_type: "OrderCreated".into(),
+//!     headers: Default::default(),
+//!     partition_key: Some("customer-7".into()),
+//! };
+//! let mut tx = dialect.pool().begin().await.map_err(|e| oncebox_core::Error::database("begin", true, e))?;
+//! // … the business rows are written in `tx` here …
+//! dialect.writer().write(&mut tx, &[event]).await?;
+//! tx.commit().await.map_err(|e| oncebox_core::Error::database("commit", true, e))?;
+//!
+//! let batch = dialect.outbox_dao().claim("order-created", 100).await?;
+//! assert_eq!(batch.len(), 1);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! With the `tokio-postgres` feature, [`PgWriter`] also publishes into a
+//! `&tokio_postgres::Transaction<'_>` (and so into deadpool-postgres transactions, which dereference
+//! to one) and records inbox ids in a `tokio_postgres::Transaction<'_>`, with the same SQL as the
+//! sqlx writer, so both write identical rows. The relay itself always runs on the sqlx pool.
+//!
+//! | capability | PostgreSQL |
+//! |---|---|
+//! | claim | one statement: `UPDATE … FROM (SELECT … FOR UPDATE SKIP LOCKED LIMIT n) RETURNING` |
+//! | settle | one statement per batch (`UPDATE … FROM UNNEST(…)`), fenced by the claim token |
+//! | batch publish | one `INSERT … SELECT FROM UNNEST(…)` whatever the batch size |
+//! | caller transactions | `sqlx::Transaction<'_, Postgres>`; `tokio_postgres::Transaction<'_>` (feature) |
+//! | instances | any number, on one table |
+//! | clock | `clock_timestamp()` of the server for claims, retries, recovery, clean-up and job locks |
+//! | wake-ups | `pg_notify` from the writer (once per call and event type), one listener connection |
+//! | schema | `migrations/postgres/*.sql`, run by [`Dialect::create_schema`] under an advisory lock |
+#![deny(missing_docs)]
+
+mod config;
+mod dlq;
+mod error;
+mod inbox;
+mod lock;
+mod outbox;
+mod row;
+mod statements;
+mod time;
+mod wake;
+mod writer;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use oncebox_core::{
+    Dialect, DlqDao, InboxDao, JobLock, OutboxDao, Result, SchemaPlan, TableNames, WakeSource,
+};
+use sqlx::PgPool;
+
+pub use config::{DEFAULT_MAX_CONNECTIONS, connect_options};
+pub use dlq::PgDlqDao;
+pub use inbox::PgInboxDao;
+pub use lock::PgJobLock;
+pub use outbox::PgOutboxDao;
+pub use wake::PgWakeSource;
+pub use writer::PgWriter;
+
+use crate::error::SqlxResultExt;
+use crate::statements::Statements;
+
+/// The advisory lock key that serializes schema creation across instances (any value works as
+/// long as every oncebox instance uses the same one; this is "oncebox" in ASCII).
+const SCHEMA_LOCK_KEY: i64 = 0x006f_6e63_6562_6f78;
+
+/// Everything oncebox needs from a PostgreSQL database: the DAOs, the writer, auto-create and
+/// wake-ups.
+#[derive(Clone)]
+pub struct PgDialect {
+    pool: PgPool,
+    statements: Arc<Statements>,
+    wake_ups: bool,
+}
+
+impl std::fmt::Debug for PgDialect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgDialect")
+            .field("tables", &self.statements.tables)
+            .field("wake_ups", &self.wake_ups)
+            .finish()
+    }
+}
+
+impl PgDialect {
+    /// A dialect over an existing pool, with the default table names and wake-ups on.
+    pub fn new(pool: PgPool) -> Self {
+        Self { pool, statements: Statements::new(&TableNames::default()), wake_ups: true }
+    }
+
+    /// Connects to a `postgres://` URL with a pool of at most [`DEFAULT_MAX_CONNECTIONS`].
+    pub async fn connect(url: &str) -> Result<Self> {
+        let options = connect_options(url)?;
+        let pool = config::pool_options().connect_with(options).await.context("connecting to PostgreSQL")?;
+        Ok(Self::new(pool))
+    }
+
+    /// The same dialect using `tables` (see [`Dialect::use_tables`]).
+    pub fn with_tables(mut self, tables: &TableNames) -> Self {
+        self.use_tables(tables);
+        self
+    }
+
+    /// The same dialect with LISTEN/NOTIFY wake-ups on (the default) or off. Off, the writer sends
+    /// no NOTIFY and [`Dialect::wake_source`] gives none: pollers find new rows on their schedule.
+    pub fn with_wake_ups(mut self, enabled: bool) -> Self {
+        self.wake_ups = enabled;
+        self
+    }
+
+    /// The pool, for the caller's own transactions.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The table names in use.
+    pub fn tables(&self) -> &TableNames {
+        &self.statements.tables
+    }
+
+    /// The NOTIFY channel of these tables (`<prefix>oncebox_wake_ups`).
+    pub fn channel(&self) -> &str {
+        &self.statements.channel
+    }
+
+    /// The outbox DAO as its concrete type.
+    pub fn pg_outbox_dao(&self) -> PgOutboxDao {
+        PgOutboxDao::new(self.pool.clone(), self.statements.clone())
+    }
+
+    /// The DLQ DAO as its concrete type.
+    pub fn pg_dlq_dao(&self) -> PgDlqDao {
+        PgDlqDao::new(self.pool.clone(), self.statements.clone())
+    }
+
+    /// The inbox DAO as its concrete type.
+    pub fn pg_inbox_dao(&self) -> PgInboxDao {
+        PgInboxDao::new(self.pool.clone(), self.statements.clone())
+    }
+
+    /// The job lock as its concrete type.
+    pub fn pg_job_lock(&self) -> PgJobLock {
+        PgJobLock::new(self.pool.clone(), self.statements.clone())
+    }
+
+    /// The wake-up source as its concrete type, whether or not wake-ups are on.
+    pub async fn pg_wake_source(&self) -> Result<PgWakeSource> {
+        PgWakeSource::connect(&self.pool, &self.statements.channel).await
+    }
+}
+
+#[async_trait]
+impl Dialect for PgDialect {
+    type Writer = PgWriter;
+
+    fn name(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn use_tables(&mut self, tables: &TableNames) {
+        self.statements = Statements::new(tables);
+    }
+
+    async fn create_schema(&self, plan: SchemaPlan) -> Result<()> {
+        let context = "creating the oncebox tables";
+        let parts = [
+            (plan.outbox, &self.statements.schema_events),
+            (plan.dlq, &self.statements.schema_dlq),
+            (plan.inbox, &self.statements.schema_consumed),
+            (plan.jobs, &self.statements.schema_jobs),
+        ];
+        // PostgreSQL DDL is transactional, but two sessions running `CREATE … IF NOT EXISTS` for
+        // the same name at once can still collide on the catalog's unique indexes. The advisory
+        // lock lets one instance create while the others wait, then find everything there.
+        let mut tx = self.pool.begin().await.context(context)?;
+        // Every start re-runs the DDL; its "already exists, skipping" notices are noise.
+        sqlx::query("SET LOCAL client_min_messages = warning").execute(&mut *tx).await.context(context)?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(SCHEMA_LOCK_KEY)
+            .execute(&mut *tx)
+            .await
+            .context(context)?;
+        for (wanted, ddl) in parts {
+            if wanted {
+                sqlx::raw_sql(ddl.clone()).execute(&mut *tx).await.context(context)?;
+            }
+        }
+        tx.commit().await.context(context)
+    }
+
+    fn outbox_dao(&self) -> Arc<dyn OutboxDao> {
+        Arc::new(self.pg_outbox_dao())
+    }
+
+    fn dlq_dao(&self) -> Arc<dyn DlqDao> {
+        Arc::new(self.pg_dlq_dao())
+    }
+
+    fn inbox_dao(&self) -> Arc<dyn InboxDao> {
+        Arc::new(self.pg_inbox_dao())
+    }
+
+    fn job_lock(&self) -> Arc<dyn JobLock> {
+        Arc::new(self.pg_job_lock())
+    }
+
+    fn writer(&self) -> PgWriter {
+        PgWriter::new(self.statements.clone(), self.wake_ups)
+    }
+
+    async fn wake_source(&self) -> Result<Option<Box<dyn WakeSource>>> {
+        if !self.wake_ups {
+            return Ok(None);
+        }
+        Ok(Some(Box::new(self.pg_wake_source().await?)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn public_types_are_send_and_sync() {
+        fn assert_send_sync<T: Send + Sync + 'static>() {}
+        assert_send_sync::<PgDialect>();
+        assert_send_sync::<PgOutboxDao>();
+        assert_send_sync::<PgDlqDao>();
+        assert_send_sync::<PgInboxDao>();
+        assert_send_sync::<PgJobLock>();
+        assert_send_sync::<PgWriter>();
+        fn assert_send<T: Send + 'static>() {}
+        assert_send::<PgWakeSource>();
+    }
+}

@@ -1,0 +1,203 @@
+//! The relay's access to the outbox table.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use oncebox_core::event::OutboxCounts;
+use oncebox_core::{ClaimedBatch, EventStatus, OutboxDao, OutboxEvent, Result, SettleReport, Settlement};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::error::SqlxResultExt;
+use crate::row::{count, decode_event, parse_status};
+use crate::statements::Statements;
+use crate::time::{limit, micros};
+
+/// `last_error` keeps at most this many characters of a failure text.
+const LAST_ERROR_MAX_CHARS: usize = 1_000;
+
+/// [`OutboxDao`] for PostgreSQL. A claim is one `UPDATE … FROM (SELECT … FOR UPDATE SKIP LOCKED)`
+/// statement, so any number of instances claim from one table without ever sharing a row and
+/// without holding locks while the broker is called; a settle is one `UPDATE … FROM UNNEST(…)`
+/// guarded by the claim token.
+#[derive(Clone)]
+pub struct PgOutboxDao {
+    pool: PgPool,
+    statements: Arc<Statements>,
+}
+
+impl std::fmt::Debug for PgOutboxDao {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgOutboxDao").field("table", &self.statements.tables.events).finish()
+    }
+}
+
+impl PgOutboxDao {
+    pub(crate) fn new(pool: PgPool, statements: Arc<Statements>) -> Self {
+        Self { pool, statements }
+    }
+
+    fn table(&self) -> &str {
+        &self.statements.tables.events
+    }
+}
+
+/// Keeps the first [`LAST_ERROR_MAX_CHARS`] characters of a failure text.
+pub(crate) fn short_error(error: &str) -> String {
+    match error.char_indices().nth(LAST_ERROR_MAX_CHARS) {
+        Some((cut, _)) => error[..cut].to_owned(),
+        None => error.to_owned(),
+    }
+}
+
+/// The settle statement's parameter arrays, one element per settlement.
+struct SettleArrays {
+    ids: Vec<Uuid>,
+    statuses: Vec<&'static str>,
+    delays: Vec<i64>,
+    errors: Vec<Option<String>>,
+}
+
+impl SettleArrays {
+    fn new(settlements: &[Settlement]) -> Self {
+        let mut arrays = Self {
+            ids: Vec::with_capacity(settlements.len()),
+            statuses: Vec::with_capacity(settlements.len()),
+            delays: Vec::with_capacity(settlements.len()),
+            errors: Vec::with_capacity(settlements.len()),
+        };
+        for settlement in settlements {
+            let (status, delay, error) = match settlement {
+                Settlement::Processed { .. } => (EventStatus::Processed, 0, None),
+                Settlement::Retry { delay, error, .. } => {
+                    (EventStatus::Pending, micros(*delay), Some(short_error(error)))
+                }
+                Settlement::Failed { error, .. } => (EventStatus::Failed, 0, Some(short_error(error))),
+            };
+            arrays.ids.push(settlement.id());
+            arrays.statuses.push(status.as_str());
+            arrays.delays.push(delay);
+            arrays.errors.push(error);
+        }
+        arrays
+    }
+}
+
+#[async_trait]
+impl OutboxDao for PgOutboxDao {
+    async fn claim(&self, event_type: &str, max_rows: u32) -> Result<ClaimedBatch> {
+        let claim_token = Uuid::now_v7();
+        let mut batch = ClaimedBatch { event_type: event_type.to_owned(), claim_token, events: Vec::new() };
+        if max_rows == 0 {
+            return Ok(batch);
+        }
+        let rows = sqlx::query(self.statements.claim.clone())
+            .bind(event_type)
+            .bind(limit(max_rows))
+            .bind(claim_token)
+            .fetch_all(&self.pool)
+            .await
+            .context(&format!("claiming {event_type}"))?;
+        let mut events =
+            rows.iter().map(|row| decode_event(row, self.table())).collect::<Result<Vec<_>>>()?;
+        // RETURNING gives no order guarantee.
+        events.sort_by_key(|event| (event.next_retry_at, event.id));
+        batch.events = events;
+        Ok(batch)
+    }
+
+    async fn settle(&self, batch: &ClaimedBatch, settlements: &[Settlement]) -> Result<SettleReport> {
+        if settlements.is_empty() {
+            return Ok(SettleReport::default());
+        }
+        let arrays = SettleArrays::new(settlements);
+        let settled = sqlx::query(self.statements.settle.clone())
+            .bind(batch.claim_token)
+            .bind(&arrays.ids)
+            .bind(&arrays.statuses)
+            .bind(&arrays.delays)
+            .bind(&arrays.errors)
+            .execute(&self.pool)
+            .await
+            .context(&format!("settling a batch of {}", batch.event_type))?
+            .rows_affected();
+        let total = settlements.len() as u64;
+        Ok(SettleReport { settled, refused: total.saturating_sub(settled) })
+    }
+
+    async fn recover_stuck(&self, older_than: Duration, max_rows: u32) -> Result<u64> {
+        if max_rows == 0 {
+            return Ok(0);
+        }
+        let result = sqlx::query(self.statements.recover_stuck.clone())
+            .bind(micros(older_than))
+            .bind(limit(max_rows))
+            .execute(&self.pool)
+            .await
+            .context("recovering stuck events")?;
+        Ok(result.rows_affected())
+    }
+
+    async fn delete_processed(&self, older_than: Duration, max_rows: u32) -> Result<u64> {
+        if max_rows == 0 {
+            return Ok(0);
+        }
+        let result = sqlx::query(self.statements.delete_processed.clone())
+            .bind(micros(older_than))
+            .bind(limit(max_rows))
+            .execute(&self.pool)
+            .await
+            .context("deleting processed events")?;
+        Ok(result.rows_affected())
+    }
+
+    async fn get(&self, id: Uuid) -> Result<Option<OutboxEvent>> {
+        let row = sqlx::query(self.statements.get_event.clone())
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .context("reading an outbox event")?;
+        row.map(|row| decode_event(&row, self.table())).transpose()
+    }
+
+    async fn counts(&self) -> Result<OutboxCounts> {
+        let rows: Vec<(String, String, i64)> = sqlx::query_as(self.statements.count_events.clone())
+            .fetch_all(&self.pool)
+            .await
+            .context("counting outbox events")?;
+        let by_type_and_status = rows
+            .into_iter()
+            .map(|(event_type, status, rows)| {
+                Ok((event_type, parse_status(&status, self.table(), "status")?, count(rows)))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(OutboxCounts { by_type_and_status })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failure_texts_are_cut_on_character_boundaries() {
+        assert_eq!(short_error("timeout"), "timeout");
+        let long = "é".repeat(LAST_ERROR_MAX_CHARS + 5);
+        assert_eq!(short_error(&long).chars().count(), LAST_ERROR_MAX_CHARS);
+    }
+
+    #[test]
+    fn settle_arrays_line_up() {
+        let id = Uuid::now_v7();
+        let arrays = SettleArrays::new(&[
+            Settlement::Processed { id },
+            Settlement::Retry { id, delay: Duration::from_millis(1500), error: "down".into() },
+            Settlement::Failed { id, error: "too large".into() },
+        ]);
+        assert_eq!(arrays.statuses, vec!["PROCESSED", "PENDING", "FAILED"]);
+        assert_eq!(arrays.delays, vec![0, 1_500_000, 0]);
+        assert_eq!(arrays.errors, vec![None, Some("down".into()), Some("too large".into())]);
+        assert_eq!(arrays.ids.len(), 3);
+    }
+}

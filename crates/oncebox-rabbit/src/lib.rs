@@ -1,0 +1,40 @@
+//! RabbitMQ transport for oncebox, on [lapin](https://docs.rs/lapin).
+//!
+//! * [`RabbitSender`] implements [`oncebox_core::Sender`]: a batch is published pipelined on a
+//!   channel in confirm mode and every confirm awaited; `mandatory` publishing makes an unroutable
+//!   event a failure. Exchange = the event type's `topic`, routing key = the event type.
+//! * [`RabbitListener`] consumes a queue with manual acknowledgement, decodes the `oncebox_*`
+//!   headers, routes by event type to typed handlers and runs each through an
+//!   [`oncebox_core::Inbox`].
+//!
+//! ```no_run
+//! use oncebox_core::Sender;
+//! use oncebox_rabbit::{RabbitSender, RabbitSenderConfig};
+//! use std::time::Duration;
+//!
+//! # async fn run(batch: Vec<oncebox_core::OutboundMessage>) -> oncebox_core::Result<()> {
+//! let config = RabbitSenderConfig::new("amqp://guest:guest@127.0.0.1:5672/%2f")
+//!     .with_emergency_timeout(Duration::from_secs(10));
+//! let sender = RabbitSender::new(config)?;
+//! for result in sender.send(&batch).await {
+//!     result?; // Ok only after the broker confirmed and routed the message
+//! }
+//! # Ok(()) }
+//! ```
+#![deny(missing_docs)]
+
+mod config;
+mod error;
+mod listener;
+
+mod sender;
+
+pub use config::{
+    DEFAULT_EMERGENCY_TIMEOUT, DEFAULT_RECONNECT_MAX, DEFAULT_RECONNECT_MIN, RabbitSenderConfig, redact_url,
+};
+
+pub use listener::{
+    DEFAULT_MAX_DELIVERIES, DEFAULT_PREFETCH, DEFAULT_SHUTDOWN_GRACE, ListenerOutcome, RabbitEvent,
+    RabbitListener, RabbitListenerBuilder, RabbitListenerConfig, RabbitTopology, decode_delivery,
+};
+pub use sender::RabbitSender;

@@ -1,0 +1,845 @@
+//! [`RabbitListener`]: consumes a queue with manual acknowledgement and hands each event to a typed
+//! handler, usually through an [`Inbox`] so a redelivered event has its effect once.
+//!
+//! What happens to a delivery:
+//! * handler succeeded, or the inbox says the event was consumed before → `basic.ack`;
+//! * handler failed → `basic.nack` with requeue, until the event has been delivered
+//!   [`max_deliveries`](RabbitListenerConfig::with_max_deliveries) times; then `basic.reject` without
+//!   requeue;
+//! * poison (missing or malformed `oncebox_event_id`, no handler for the event type, a payload the
+//!   handler's type cannot decode) → `basic.reject` without requeue at once.
+//!
+//! A rejected message goes to the queue's dead-letter exchange when one is configured (and is
+//! dropped by RabbitMQ otherwise): it is never acknowledged as done.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use lapin::message::Delivery;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, BasicRejectOptions,
+    ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::{Connection, ConnectionProperties, ExchangeKind};
+use oncebox_core::event::{HEADER_EVENT_ID, HEADER_EVENT_TYPE, HEADER_PAYLOAD_TYPE};
+use oncebox_core::{ConsumeError, Consumed, Error, ErrorKind, Headers, Inbox, Result};
+use serde::de::DeserializeOwned;
+use tokio::sync::{broadcast, watch};
+use uuid::Uuid;
+
+use crate::config::redact_url;
+use crate::error::broker;
+
+/// Default number of deliveries before a failing event is rejected to the dead-letter exchange.
+pub const DEFAULT_MAX_DELIVERIES: u32 = 5;
+/// Longest wait for the broker to confirm closing a channel and connection.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default wait for the delivery in hand at shutdown.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// Failing events whose deliveries this process counts itself, at most.
+const LOCAL_DELIVERY_ENTRIES: usize = 10_000;
+/// Default number of unacknowledged messages the broker sends ahead.
+pub const DEFAULT_PREFETCH: u16 = 32;
+
+/// The exchange, queue and bindings the listener declares when `declare` is on. Everything is
+/// durable; the queue gets `x-dead-letter-exchange` when a dead-letter exchange is named.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RabbitTopology {
+    /// Topic exchange the events are published to (the event types' `topic`).
+    pub exchange: String,
+    /// Binding keys from the exchange to the queue; empty means "every registered event type".
+    pub binding_keys: Vec<String>,
+    /// Fanout exchange that receives rejected messages.
+    pub dead_letter_exchange: Option<String>,
+    /// Queue bound to the dead-letter exchange, where people find poison messages.
+    pub dead_letter_queue: Option<String>,
+}
+
+impl RabbitTopology {
+    /// Topology for `exchange`, bound by every registered event type, without dead-lettering.
+    pub fn new(exchange: impl Into<String>) -> Self {
+        Self {
+            exchange: exchange.into(),
+            binding_keys: Vec::new(),
+            dead_letter_exchange: None,
+            dead_letter_queue: None,
+        }
+    }
+
+    /// Dead-letters rejected messages to `exchange` (fanout) and the queue `queue` bound to it.
+    #[must_use]
+    pub fn with_dead_letter(mut self, exchange: impl Into<String>, queue: impl Into<String>) -> Self {
+        self.dead_letter_exchange = Some(exchange.into());
+        self.dead_letter_queue = Some(queue.into());
+        self
+    }
+
+    /// Binds with these keys instead of the registered event types.
+    #[must_use]
+    pub fn with_binding_keys(mut self, keys: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.binding_keys = keys.into_iter().map(Into::into).collect();
+        self
+    }
+}
+
+/// Where and how a [`RabbitListener`] consumes. `Debug` hides the URL's password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RabbitListenerConfig {
+    url: String,
+    queue: String,
+    prefetch: u16,
+    max_deliveries: u32,
+    declare: Option<RabbitTopology>,
+    reconnect_min: Duration,
+    reconnect_max: Duration,
+    shutdown_grace: Duration,
+    connection_name: String,
+}
+
+impl fmt::Debug for RabbitListenerConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RabbitListenerConfig")
+            .field("url", &redact_url(&self.url))
+            .field("queue", &self.queue)
+            .field("prefetch", &self.prefetch)
+            .field("max_deliveries", &self.max_deliveries)
+            .field("declare", &self.declare)
+            .field("reconnect_min", &self.reconnect_min)
+            .field("reconnect_max", &self.reconnect_max)
+            .field("shutdown_grace", &self.shutdown_grace)
+            .finish()
+    }
+}
+
+impl RabbitListenerConfig {
+    /// Consume `queue` on the broker at `url`, with prefetch 32, at most 5 deliveries per event, no
+    /// topology declaration, reconnect backoff from 100 ms doubling up to 10 s, 30 s shutdown grace.
+    pub fn new(url: impl Into<String>, queue: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            queue: queue.into(),
+            prefetch: DEFAULT_PREFETCH,
+            max_deliveries: DEFAULT_MAX_DELIVERIES,
+            declare: None,
+            reconnect_min: crate::config::DEFAULT_RECONNECT_MIN,
+            reconnect_max: crate::config::DEFAULT_RECONNECT_MAX,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            connection_name: "oncebox-rabbit listener".to_owned(),
+        }
+    }
+
+    /// Unacknowledged messages the broker may send ahead (`basic.qos`).
+    #[must_use]
+    pub fn with_prefetch(mut self, prefetch: u16) -> Self {
+        self.prefetch = prefetch;
+        self
+    }
+
+    /// Deliveries of a failing event (the first included) before it is rejected without requeue.
+    #[must_use]
+    pub fn with_max_deliveries(mut self, max_deliveries: u32) -> Self {
+        self.max_deliveries = max_deliveries;
+        self
+    }
+
+    /// Declares `topology` (and the queue) on every (re)connection (`declare: true`).
+    #[must_use]
+    pub fn with_declare(mut self, topology: RabbitTopology) -> Self {
+        self.declare = Some(topology);
+        self
+    }
+
+    /// Backoff between reconnection attempts: `min`, doubling per failure, up to `max`.
+    #[must_use]
+    pub fn with_reconnect_backoff(mut self, min: Duration, max: Duration) -> Self {
+        self.reconnect_min = min;
+        self.reconnect_max = max;
+        self
+    }
+
+    /// How long [`RabbitListener::run`] waits, after shutdown was requested, for the delivery in
+    /// hand to be handled and settled (default 30 s).
+    #[must_use]
+    pub fn with_shutdown_grace(mut self, grace: Duration) -> Self {
+        self.shutdown_grace = grace;
+        self
+    }
+
+    /// The connection name shown by the broker.
+    #[must_use]
+    pub fn with_connection_name(mut self, name: impl Into<String>) -> Self {
+        self.connection_name = name.into();
+        self
+    }
+
+    fn validate(&self) -> Result<()> {
+        if !(self.url.starts_with("amqp://") || self.url.starts_with("amqps://")) {
+            return Err(Error::config("rabbit.listener.url", "must start with amqp:// or amqps://"));
+        }
+        crate::config::check_url("rabbit.listener.url", &self.url)?;
+        if self.queue.is_empty() || ShortString::try_new(self.queue.as_str()).is_err() {
+            return Err(Error::config("rabbit.listener.queue", "must be 1 to 255 bytes"));
+        }
+        if self.max_deliveries == 0 {
+            return Err(Error::config("rabbit.listener.max-deliveries", "must be at least 1"));
+        }
+        if self.reconnect_min > self.reconnect_max {
+            return Err(Error::config("rabbit.listener.reconnect-backoff", "min is greater than max"));
+        }
+        Ok(())
+    }
+
+    fn reconnect_delay(&self, failures: u32) -> Duration {
+        let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(20));
+        self.reconnect_min.saturating_mul(factor).min(self.reconnect_max)
+    }
+}
+
+/// An event as a handler receives it: the decoded `oncebox_*` headers and the typed payload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RabbitEvent<T> {
+    /// The event id (`oncebox_event_id`): the inbox key.
+    pub id: Uuid,
+    /// The event type (`oncebox_event_type`, else the routing key).
+    pub event_type: String,
+    /// The payload type name (`oncebox_payload_type`), when present.
+    pub payload_type: Option<String>,
+    /// Every other text header (trace context, correlation id, user headers).
+    pub headers: Headers,
+    /// Whether the broker delivered this message before.
+    pub redelivered: bool,
+    /// The payload, decoded.
+    pub payload: T,
+}
+
+/// What the listener did with one delivery, for logs, metrics and tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListenerOutcome {
+    /// The handler ran and succeeded; the message was acknowledged.
+    Applied {
+        /// Event id.
+        id: Uuid,
+    },
+    /// The inbox had the event already; the message was acknowledged without running the effect.
+    Duplicate {
+        /// Event id.
+        id: Uuid,
+    },
+    /// The handler failed; the message was requeued for another delivery.
+    Requeued {
+        /// Event id.
+        id: Uuid,
+        /// Deliveries so far.
+        deliveries: u32,
+        /// The handler's error.
+        error: String,
+    },
+    /// Rejected without requeue (to the dead-letter exchange, if any).
+    Rejected {
+        /// Event id, when it could be decoded.
+        id: Option<Uuid>,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Why a connection's session ended.
+enum SessionEnd {
+    /// Shutdown was requested.
+    Stopped,
+    /// The connection or consumer was lost; `consumed` when it got as far as consuming.
+    Lost { error: Error, consumed: bool },
+}
+
+/// How a handler ended: applied, or skipped as a duplicate by the inbox.
+type HandlerFuture = Pin<Box<dyn Future<Output = Result<Consumed<()>, HandlerFailure>> + Send>>;
+
+/// A failure a handler reports: poison is rejected at once, anything else is retried.
+#[derive(Debug)]
+enum HandlerFailure {
+    Poison(Error),
+    Failed(Error),
+}
+
+type Handler = Arc<dyn Fn(RabbitEvent<Vec<u8>>) -> HandlerFuture + Send + Sync>;
+
+fn decode_payload<T: DeserializeOwned>(
+    event: RabbitEvent<Vec<u8>>,
+) -> Result<RabbitEvent<T>, HandlerFailure> {
+    let payload: T = serde_json::from_slice(&event.payload).map_err(|error| {
+        HandlerFailure::Poison(
+            Error::new(
+                ErrorKind::Decode,
+                format!("payload of event {} ({}) does not decode: {error}", event.id, event.event_type),
+            )
+            .with_source(error),
+        )
+    })?;
+    Ok(RabbitEvent {
+        id: event.id,
+        event_type: event.event_type,
+        payload_type: event.payload_type,
+        headers: event.headers,
+        redelivered: event.redelivered,
+        payload,
+    })
+}
+
+/// Builds a [`RabbitListener`]: one handler per event type.
+pub struct RabbitListenerBuilder {
+    config: RabbitListenerConfig,
+    handlers: HashMap<String, Handler>,
+}
+
+impl RabbitListenerBuilder {
+    /// Handles `event_type` with `handler`, which decodes its payload as `T` (JSON) and is
+    /// responsible for idempotency itself — typically by calling
+    /// [`Inbox::consume_in`] inside its own database transaction. Return
+    /// `Ok(Consumed::Duplicate)` when the inbox skipped the effect.
+    #[must_use]
+    pub fn on<T, F, Fut>(mut self, event_type: impl Into<String>, handler: F) -> Self
+    where
+        T: DeserializeOwned + Send + 'static,
+        F: Fn(RabbitEvent<T>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Consumed<()>>> + Send + 'static,
+    {
+        let handler = Arc::new(handler);
+        let wrapped: Handler = Arc::new(move |raw| {
+            let handler = handler.clone();
+            Box::pin(async move {
+                let event = decode_payload::<T>(raw)?;
+                handler(event).await.map_err(HandlerFailure::Failed)
+            })
+        });
+        self.handlers.insert(event_type.into(), wrapped);
+        self
+    }
+
+    /// Handles `event_type` through `inbox` with [`Inbox::consume_once`]: the id is recorded first,
+    /// then `effect` runs; a redelivered event is acknowledged without running it again, and a
+    /// failed effect removes the record so the redelivery tries again.
+    #[must_use]
+    pub fn on_once<T, W, F, Fut>(self, event_type: impl Into<String>, inbox: Inbox<W>, effect: F) -> Self
+    where
+        T: DeserializeOwned + Send + Sync + 'static,
+        W: Send + Sync + 'static,
+        F: Fn(RabbitEvent<T>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<()>> + Send + 'static,
+    {
+        let inbox = Arc::new(inbox);
+        let effect = Arc::new(effect);
+        self.on::<T, _, _>(event_type, move |event: RabbitEvent<T>| {
+            let inbox = inbox.clone();
+            let effect = effect.clone();
+            async move {
+                let id = event.id;
+                match inbox.consume_once(id, async || effect(event).await).await {
+                    Ok(Consumed::Applied(())) => Ok(Consumed::Applied(())),
+                    Ok(Consumed::Duplicate) => Ok(Consumed::Duplicate),
+                    Err(ConsumeError::Inbox(error)) => Err(error.context(format!("inbox for event {id}"))),
+                    Err(ConsumeError::Handler(error)) => Err(error),
+                }
+            }
+        })
+    }
+
+    /// The listener; checks the configuration.
+    pub fn build(self) -> Result<RabbitListener> {
+        self.config.validate()?;
+        if self.handlers.is_empty() {
+            return Err(Error::config("rabbit.listener", "no event type has a handler"));
+        }
+        let (outcomes, _) = broadcast::channel(1024);
+        Ok(RabbitListener {
+            config: self.config,
+            handlers: Arc::new(self.handlers),
+            outcomes,
+            local_deliveries: Arc::new(Mutex::new(HashMap::new())),
+        })
+    }
+}
+
+/// Consumes one queue and hands each event to the handler registered for its type.
+///
+/// [`run`](Self::run) keeps consuming until its shutdown future completes, reconnecting (and
+/// re-declaring the topology when `declare` is on) after the connection is lost.
+pub struct RabbitListener {
+    config: RabbitListenerConfig,
+    handlers: Arc<HashMap<String, Handler>>,
+    outcomes: broadcast::Sender<ListenerOutcome>,
+    /// Deliveries seen by this process per event id, for queues that do not count deliveries
+    /// (classic queues have no `x-delivery-count`). Entries go when the message is settled.
+    local_deliveries: Arc<Mutex<HashMap<Uuid, u32>>>,
+}
+
+impl fmt::Debug for RabbitListener {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut types: Vec<&String> = self.handlers.keys().collect();
+        types.sort();
+        f.debug_struct("RabbitListener").field("config", &self.config).field("event_types", &types).finish()
+    }
+}
+
+/// Why the decoding of a delivery failed: the message is poison.
+fn decode_error(message: String) -> Error {
+    Error::new(ErrorKind::Decode, message)
+}
+
+fn header_text(value: &AMQPValue) -> Option<String> {
+    match value {
+        AMQPValue::LongString(text) => Some(String::from_utf8_lossy(text.as_bytes()).into_owned()),
+        AMQPValue::ShortString(text) => Some(text.as_str().to_owned()),
+        _ => None,
+    }
+}
+
+fn header_number(value: &AMQPValue) -> Option<u64> {
+    match value {
+        AMQPValue::LongLongInt(number) => u64::try_from(*number).ok(),
+        AMQPValue::LongInt(number) => u64::try_from(*number).ok(),
+        AMQPValue::LongUInt(number) => Some(u64::from(*number)),
+        AMQPValue::ShortInt(number) => u64::try_from(*number).ok(),
+        AMQPValue::ShortUInt(number) => Some(u64::from(*number)),
+        _ => None,
+    }
+}
+
+/// Decodes the `oncebox_*` headers of a delivery; a missing or malformed event id is a decode error.
+pub fn decode_delivery(delivery: &Delivery) -> Result<RabbitEvent<Vec<u8>>> {
+    let empty = FieldTable::default();
+    let table = delivery.properties.headers().as_ref().unwrap_or(&empty);
+    let text = |name: &str| table.inner().get(name).and_then(header_text);
+    let id_text = match table.inner().get(HEADER_EVENT_ID) {
+        None => {
+            return Err(decode_error(format!(
+                "message on '{}' (routing key '{}') has no {HEADER_EVENT_ID} header",
+                delivery.exchange, delivery.routing_key
+            )));
+        }
+        Some(value) => header_text(value).ok_or_else(|| {
+            decode_error(format!(
+                "header {HEADER_EVENT_ID} is not a string (routing key '{}')",
+                delivery.routing_key
+            ))
+        })?,
+    };
+    let id = Uuid::parse_str(&id_text).map_err(|error| {
+        decode_error(format!("header {HEADER_EVENT_ID} '{id_text}' is not a UUID")).with_source(error)
+    })?;
+    let event_type = text(HEADER_EVENT_TYPE).unwrap_or_else(|| delivery.routing_key.as_str().to_owned());
+    let headers: Headers = table
+        .inner()
+        .iter()
+        .filter(|(name, _)| !name.as_str().starts_with("oncebox_") && !name.as_str().starts_with("x-"))
+        .filter_map(|(name, value)| Some((name.as_str().to_owned(), header_text(value)?)))
+        .collect();
+    Ok(RabbitEvent {
+        id,
+        event_type,
+        payload_type: text(HEADER_PAYLOAD_TYPE),
+        headers,
+        redelivered: delivery.redelivered,
+        payload: delivery.data.clone(),
+    })
+}
+
+fn short(what: &str, value: &str) -> Result<ShortString> {
+    ShortString::try_new(value)
+        .map_err(|error| Error::config(what, "longer than 255 bytes").with_source(error))
+}
+
+impl RabbitListener {
+    /// A builder for a listener with `config`.
+    pub fn builder(config: RabbitListenerConfig) -> RabbitListenerBuilder {
+        RabbitListenerBuilder { config, handlers: HashMap::new() }
+    }
+
+    /// What the listener does with each delivery, as it happens (a bounded broadcast: a slow
+    /// subscriber misses old outcomes rather than slowing the listener).
+    pub fn outcomes(&self) -> broadcast::Receiver<ListenerOutcome> {
+        self.outcomes.subscribe()
+    }
+
+    /// Consumes until `shutdown` completes, then finishes the delivery in hand (within the
+    /// [shutdown grace](RabbitListenerConfig::with_shutdown_grace)) and closes the connection.
+    /// Connection losses are logged and followed by a reconnect with backoff; only shutdown ends
+    /// the call.
+    pub async fn run(&self, shutdown: impl Future<Output = ()>) -> Result<()> {
+        let mut shutdown = std::pin::pin!(shutdown);
+        let (stop, stopping) = watch::channel(false);
+        let mut failures: u32 = 0;
+        loop {
+            let end = {
+                let mut session = std::pin::pin!(self.session(stopping.clone()));
+                tokio::select! {
+                    () = &mut shutdown => {
+                        let _ = stop.send(true);
+                        if tokio::time::timeout(self.config.shutdown_grace, &mut session).await.is_err() {
+                            tracing::warn!(queue = %self.config.queue, "RabbitMQ listener did not stop within its shutdown grace");
+                        }
+                        return Ok(());
+                    }
+                    end = &mut session => end,
+                }
+            };
+            let error = match end {
+                SessionEnd::Stopped => return Ok(()),
+                SessionEnd::Lost { error, consumed } => {
+                    failures = if consumed { 1 } else { failures.saturating_add(1) };
+                    error
+                }
+            };
+            let delay = self.config.reconnect_delay(failures);
+            tracing::warn!(queue = %self.config.queue, %error, ?delay, "RabbitMQ listener lost its connection; reconnecting");
+            tokio::select! {
+                () = &mut shutdown => return Ok(()),
+                () = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+
+    /// One connection's life: connect, declare, consume until something breaks or `stopping`.
+    async fn session(&self, stopping: watch::Receiver<bool>) -> SessionEnd {
+        let properties = ConnectionProperties::default()
+            .with_connection_name(LongString::from(self.config.connection_name.clone()));
+        let connection = match Connection::connect(&self.config.url, properties).await {
+            Ok(connection) => connection,
+            Err(error) => {
+                let error = Error::temporary(
+                    ErrorKind::Broker,
+                    format!("connecting to RabbitMQ at {}", redact_url(&self.config.url)),
+                )
+                .with_source(error);
+                return SessionEnd::Lost { error, consumed: false };
+            }
+        };
+        let channel = match connection.create_channel().await {
+            Ok(channel) => channel,
+            Err(error) => {
+                return SessionEnd::Lost {
+                    error: broker("opening a RabbitMQ channel", error),
+                    consumed: false,
+                };
+            }
+        };
+        let mut consumed = false;
+        let result = self.consume(&channel, stopping, &mut consumed).await;
+        // Closed in order and awaited (bounded): dropping the channel handle would close it in the
+        // background, racing the connection's close. Unacknowledged messages return to the queue.
+        let closing = async {
+            if channel.status().connected() {
+                let _ = channel.close(200, ShortString::from("oncebox listener closing")).await;
+            }
+            if connection.status().connected() {
+                let _ = connection.close(200, ShortString::from("oncebox listener closing")).await;
+            }
+        };
+        if tokio::time::timeout(CLOSE_TIMEOUT, closing).await.is_err() {
+            tracing::warn!(queue = %self.config.queue, "closing the RabbitMQ connection timed out");
+        }
+        match result {
+            Ok(true) => SessionEnd::Stopped,
+            Ok(false) => SessionEnd::Lost {
+                error: Error::temporary(ErrorKind::Broker, "the broker cancelled the consumer"),
+                consumed,
+            },
+            Err(error) => SessionEnd::Lost { error, consumed },
+        }
+    }
+
+    /// Consumes on `connection`; `Ok(true)` when stopped, `Ok(false)` when the consumer ended.
+    async fn consume(
+        &self,
+        channel: &lapin::Channel,
+        mut stopping: watch::Receiver<bool>,
+        consumed: &mut bool,
+    ) -> Result<bool> {
+        channel
+            .basic_qos(self.config.prefetch, BasicQosOptions::default())
+            .await
+            .map_err(|error| broker("setting the prefetch", error))?;
+        let queue = short("rabbit.listener.queue", &self.config.queue)?;
+        if let Some(topology) = &self.config.declare {
+            self.declare(channel, &queue, topology).await?;
+        }
+        let mut consumer = channel
+            .basic_consume(
+                queue.clone(),
+                ShortString::from(""),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|error| broker(format!("consuming queue '{}'", self.config.queue), error))?;
+        *consumed = true;
+        tracing::info!(queue = %self.config.queue, "RabbitMQ listener consuming");
+        loop {
+            let next = tokio::select! {
+                biased;
+                _ = stopping.wait_for(|stop| *stop) => return Ok(true),
+                next = consumer.next() => next,
+            };
+            let Some(delivery) = next else {
+                return Ok(false);
+            };
+            let delivery = delivery.map_err(|error| broker("receiving a delivery", error))?;
+            // Not raced against `stopping`: a delivery in hand is handled and settled first.
+            self.process(delivery).await?;
+        }
+    }
+
+    async fn declare(
+        &self,
+        channel: &lapin::Channel,
+        queue: &ShortString,
+        topology: &RabbitTopology,
+    ) -> Result<()> {
+        let durable = ExchangeDeclareOptions { durable: true, ..ExchangeDeclareOptions::default() };
+        let exchange = short("rabbit.listener.declare.exchange", &topology.exchange)?;
+        channel
+            .exchange_declare(exchange.clone(), ExchangeKind::Topic, durable, FieldTable::default())
+            .await
+            .map_err(|error| broker(format!("declaring exchange '{}'", topology.exchange), error))?;
+        let mut arguments = FieldTable::default();
+        if let Some(dead_letter) = &topology.dead_letter_exchange {
+            let dead_letter_name = short("rabbit.listener.declare.dead-letter-exchange", dead_letter)?;
+            channel
+                .exchange_declare(dead_letter_name, ExchangeKind::Fanout, durable, FieldTable::default())
+                .await
+                .map_err(|error| broker(format!("declaring exchange '{dead_letter}'"), error))?;
+            arguments.insert(
+                ShortString::from("x-dead-letter-exchange"),
+                AMQPValue::LongString(LongString::from(dead_letter.clone())),
+            );
+            if let Some(dead_letter_queue) = &topology.dead_letter_queue {
+                let dead_letter_queue_name =
+                    short("rabbit.listener.declare.dead-letter-queue", dead_letter_queue)?;
+                channel
+                    .queue_declare(
+                        dead_letter_queue_name.clone(),
+                        QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() },
+                        FieldTable::default(),
+                    )
+                    .await
+                    .map_err(|error| broker(format!("declaring queue '{dead_letter_queue}'"), error))?;
+                channel
+                    .queue_bind(
+                        dead_letter_queue_name,
+                        short("rabbit.listener.declare.dead-letter-exchange", dead_letter)?,
+                        ShortString::from(""),
+                        QueueBindOptions::default(),
+                        FieldTable::default(),
+                    )
+                    .await
+                    .map_err(|error| broker(format!("binding queue '{dead_letter_queue}'"), error))?;
+            }
+        }
+        channel
+            .queue_declare(
+                queue.clone(),
+                QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() },
+                arguments,
+            )
+            .await
+            .map_err(|error| broker(format!("declaring queue '{}'", self.config.queue), error))?;
+        let keys: Vec<String> = if topology.binding_keys.is_empty() {
+            self.handlers.keys().cloned().collect()
+        } else {
+            topology.binding_keys.clone()
+        };
+        for key in keys {
+            channel
+                .queue_bind(
+                    queue.clone(),
+                    exchange.clone(),
+                    short("rabbit.listener.declare.binding-keys", &key)?,
+                    QueueBindOptions::default(),
+                    FieldTable::default(),
+                )
+                .await
+                .map_err(|error| {
+                    broker(format!("binding queue '{}' with key '{key}'", self.config.queue), error)
+                })?;
+        }
+        Ok(())
+    }
+
+    /// Deliveries of `id` so far: the broker's count when the queue keeps one, else this process's.
+    fn deliveries(&self, delivery: &Delivery, id: Uuid) -> u32 {
+        let broker_count = delivery
+            .properties
+            .headers()
+            .as_ref()
+            .and_then(|table| table.inner().get("x-delivery-count").and_then(header_number));
+        let local = self
+            .local_deliveries
+            .lock()
+            .map(|mut counts| {
+                // Entries of events settled by another instance are never removed here; forgetting
+                // them all now and then only makes such an event's count start again.
+                if counts.len() >= LOCAL_DELIVERY_ENTRIES && !counts.contains_key(&id) {
+                    counts.clear();
+                }
+                let count = counts.entry(id).or_insert(0);
+                *count = count.saturating_add(1);
+                *count
+            })
+            .unwrap_or(1);
+        match broker_count {
+            // x-delivery-count counts earlier deliveries, so this one is number count + 1.
+            Some(count) => u32::try_from(count).unwrap_or(u32::MAX).saturating_add(1).max(local),
+            None => local,
+        }
+    }
+
+    fn settled(&self, id: Uuid) {
+        if let Ok(mut counts) = self.local_deliveries.lock() {
+            counts.remove(&id);
+        }
+    }
+
+    fn report(&self, outcome: ListenerOutcome) {
+        // No subscriber is fine: outcomes are informational.
+        let _ = self.outcomes.send(outcome);
+    }
+
+    /// Handles one delivery and settles it. Only a failure to talk to the broker is an error.
+    async fn process(&self, delivery: Delivery) -> Result<()> {
+        let event = match decode_delivery(&delivery) {
+            Ok(event) => event,
+            Err(error) => return self.reject(&delivery, None, error).await,
+        };
+        let id = event.id;
+        let Some(handler) = self.handlers.get(&event.event_type).cloned() else {
+            let error =
+                decode_error(format!("no handler for event type '{}' (event {id})", event.event_type));
+            return self.reject(&delivery, Some(id), error).await;
+        };
+        match handler(event).await {
+            Ok(consumed) => {
+                delivery
+                    .acker
+                    .ack(BasicAckOptions::default())
+                    .await
+                    .map_err(|error| broker(format!("acknowledging event {id}"), error))?;
+                self.settled(id);
+                self.report(if consumed.is_applied() {
+                    ListenerOutcome::Applied { id }
+                } else {
+                    ListenerOutcome::Duplicate { id }
+                });
+                Ok(())
+            }
+            Err(HandlerFailure::Poison(error)) => self.reject(&delivery, Some(id), error).await,
+            Err(HandlerFailure::Failed(error)) => {
+                let deliveries = self.deliveries(&delivery, id);
+                if deliveries >= self.config.max_deliveries {
+                    let error = error.context(format!("gave up after {deliveries} deliveries"));
+                    return self.reject(&delivery, Some(id), error).await;
+                }
+                tracing::warn!(%id, deliveries, %error, "handler failed; requeueing the event");
+                delivery
+                    .acker
+                    .nack(BasicNackOptions { requeue: true, ..BasicNackOptions::default() })
+                    .await
+                    .map_err(|broker_error| broker(format!("requeueing event {id}"), broker_error))?;
+                self.report(ListenerOutcome::Requeued { id, deliveries, error: error.to_string() });
+                Ok(())
+            }
+        }
+    }
+
+    async fn reject(&self, delivery: &Delivery, id: Option<Uuid>, reason: Error) -> Result<()> {
+        tracing::error!(
+            event_id = ?id, routing_key = %delivery.routing_key, error = %reason,
+            "rejecting a message without requeue (to the dead-letter exchange, if the queue has one)"
+        );
+        delivery
+            .acker
+            .reject(BasicRejectOptions { requeue: false })
+            .await
+            .map_err(|error| broker("rejecting a message", error))?;
+        if let Some(id) = id {
+            self.settled(id);
+        }
+        self.report(ListenerOutcome::Rejected { id, reason: reason.to_string() });
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lapin::BasicProperties;
+
+    fn delivery(headers: &[(&str, &str)]) -> Delivery {
+        let mut table = FieldTable::default();
+        for (name, value) in headers {
+            table.insert(ShortString::from(*name), AMQPValue::LongString(LongString::from(*value)));
+        }
+        let mut delivery = Delivery::mock(
+            1,
+            ShortString::from("orders"),
+            ShortString::from("order-created"),
+            true,
+            b"{}".to_vec(),
+        );
+        delivery.properties = BasicProperties::default().with_headers(table);
+        delivery
+    }
+
+    #[test]
+    fn headers_decode_into_the_event() -> Result<()> {
+        let id = Uuid::now_v7();
+        let text = id.to_string();
+        let event = decode_delivery(&delivery(&[
+            (HEADER_EVENT_ID, &text),
+            (HEADER_PAYLOAD_TYPE, "OrderCreated"),
+            ("traceparent", "00-abc-def-01"),
+        ]))?;
+        assert_eq!(event.id, id);
+        assert_eq!(event.event_type, "order-created", "the routing key stands in for a missing type header");
+        assert_eq!(event.payload_type.as_deref(), Some("OrderCreated"));
+        assert_eq!(event.headers.get("traceparent").map(String::as_str), Some("00-abc-def-01"));
+        assert!(!event.headers.contains_key(HEADER_EVENT_ID));
+        assert!(event.redelivered);
+        Ok(())
+    }
+
+    #[test]
+    fn a_missing_or_malformed_event_id_is_a_decode_error_naming_the_header() {
+        for headers in [vec![], vec![(HEADER_EVENT_ID, "42")]] {
+            let error = decode_delivery(&delivery(&headers)).err();
+            assert!(
+                error
+                    .as_ref()
+                    .is_some_and(|error| error.kind() == ErrorKind::Decode
+                        && error.to_string().contains(HEADER_EVENT_ID)),
+                "{error:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn config_debug_hides_the_password_and_validation_names_the_key() {
+        let config = RabbitListenerConfig::new("amqp://guest:s3cret@host/%2f", "billing");
+        assert!(!format!("{config:?}").contains("s3cret"));
+        let error = RabbitListenerConfig::new("amqp://host", "").validate().err().map(|e| e.to_string());
+        assert!(error.is_some_and(|text| text.contains("rabbit.listener.queue")));
+        let error = RabbitListener::builder(config).build().err().map(|e| e.to_string());
+        assert!(error.is_some_and(|text| text.contains("no event type has a handler")));
+    }
+
+    #[test]
+    fn listener_types_are_send_sync() {
+        fn assert_send_sync<T: Send + Sync + 'static>() {}
+        assert_send_sync::<RabbitListener>();
+        assert_send_sync::<RabbitListenerConfig>();
+    }
+}

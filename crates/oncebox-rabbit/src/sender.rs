@@ -1,0 +1,385 @@
+//! [`RabbitSender`]: pipelined publishing with publisher confirms and mandatory routing.
+
+use std::fmt;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
+use oncebox_core::{Error, ErrorKind, OutboundMessage, Result, SendError, Sender};
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+use crate::config::{RabbitSenderConfig, redact_url};
+use crate::error::broker;
+
+/// AMQP delivery mode 2: the broker writes the message to disk in durable queues.
+const PERSISTENT: u8 = 2;
+const CONTENT_TYPE: &str = "application/json";
+
+/// Delivers outbox messages to RabbitMQ.
+///
+/// Each batch is published on one channel in confirm mode without waiting in between, then every
+/// confirm is awaited; a message is `Ok` only when the broker acknowledged it **and** routed it to
+/// at least one queue (`mandatory`), so an unroutable event is a failure and never lost silently.
+/// Exchange = [`OutboundMessage::topic`], routing key = event type.
+///
+/// The connection is opened on the first batch. A closed channel or connection fails the
+/// unconfirmed messages of the batch at once; the next batch re-opens the channel, or reconnects
+/// with backoff.
+pub struct RabbitSender {
+    config: RabbitSenderConfig,
+    link: Mutex<Link>,
+}
+
+impl fmt::Debug for RabbitSender {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RabbitSender").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+/// The current connection and channel, and how the last connection attempts went.
+#[derive(Default)]
+struct Link {
+    connection: Option<Connection>,
+    channel: Option<Channel>,
+    failed_attempts: u32,
+    next_attempt: Option<Instant>,
+}
+
+impl RabbitSender {
+    /// A sender for `config`; checks the settings but does not connect yet, so a service can start
+    /// while the broker is down.
+    pub fn new(config: RabbitSenderConfig) -> Result<Self> {
+        config.validate()?;
+        Ok(Self { config, link: Mutex::new(Link::default()) })
+    }
+
+    /// Connects now (within the emergency timeout) instead of on the first batch, so start-up can
+    /// fail fast on a wrong URL or credentials.
+    pub async fn connect(&self) -> Result<()> {
+        self.channel().await.map(|_| ())
+    }
+
+    /// Closes the connection gracefully; the next batch connects again.
+    pub async fn close(&self) -> Result<()> {
+        let mut link = self.link.lock().await;
+        // lapin closes a channel when its last handle drops; dropping it before the connection
+        // would race the connection's own close of the same channel.
+        let channel = link.channel.take();
+        if let Some(connection) = link.connection.take()
+            && connection.status().connected()
+        {
+            let closing = connection.close(200, ShortString::from("oncebox sender closed"));
+            match tokio::time::timeout(self.config.emergency_timeout, closing).await {
+                Ok(result) => result.map_err(|error| broker("closing the RabbitMQ connection", error))?,
+                Err(_) => {
+                    return Err(Error::temporary(
+                        ErrorKind::Timeout,
+                        "closing the RabbitMQ connection timed out",
+                    ));
+                }
+            }
+        }
+        drop(channel);
+        Ok(())
+    }
+
+    /// A usable confirm-mode channel: the current one, a new one on the current connection, or a
+    /// new connection when the old one is gone (not before the backoff delay has passed).
+    async fn channel(&self) -> Result<Channel> {
+        let mut link = self.link.lock().await;
+        if let Some(channel) = &link.channel
+            && channel.status().connected()
+        {
+            return Ok(channel.clone());
+        }
+        link.channel = None;
+        if !link.connection.as_ref().is_some_and(|connection| connection.status().connected()) {
+            link.connection = None;
+            if let Some(next_attempt) = link.next_attempt {
+                let now = Instant::now();
+                if now < next_attempt {
+                    return Err(Error::temporary(
+                        ErrorKind::Broker,
+                        format!(
+                            "RabbitMQ at {} is unreachable; reconnecting in {:?}",
+                            redact_url(&self.config.url),
+                            next_attempt - now
+                        ),
+                    ));
+                }
+            }
+            match self.open_connection().await {
+                Ok(connection) => {
+                    link.connection = Some(connection);
+                    link.failed_attempts = 0;
+                    link.next_attempt = None;
+                }
+                Err(error) => {
+                    link.failed_attempts = link.failed_attempts.saturating_add(1);
+                    link.next_attempt =
+                        Some(Instant::now() + self.config.reconnect_delay(link.failed_attempts));
+                    return Err(error);
+                }
+            }
+        }
+        let Some(connection) = &link.connection else {
+            return Err(Error::temporary(ErrorKind::Broker, "no RabbitMQ connection"));
+        };
+        let channel =
+            connection.create_channel().await.map_err(|error| broker("opening a RabbitMQ channel", error))?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .map_err(|error| broker("enabling publisher confirms", error))?;
+        link.channel = Some(channel.clone());
+        Ok(channel)
+    }
+
+    async fn open_connection(&self) -> Result<Connection> {
+        let properties = ConnectionProperties::default()
+            .with_connection_name(LongString::from(self.config.connection_name.clone()));
+        let url = redact_url(&self.config.url);
+        match tokio::time::timeout(
+            self.config.emergency_timeout,
+            Connection::connect(&self.config.url, properties),
+        )
+        .await
+        {
+            Ok(Ok(connection)) => Ok(connection),
+            Ok(Err(error)) => {
+                // Whatever refused the connection (closed port, restart, credentials while the broker
+                // boots) may be gone on the next attempt.
+                Err(Error::temporary(ErrorKind::Broker, format!("connecting to RabbitMQ at {url}"))
+                    .with_source(error))
+            }
+            Err(_) => Err(Error::temporary(
+                ErrorKind::Timeout,
+                format!(
+                    "connecting to RabbitMQ at {url} took longer than {:?}",
+                    self.config.emergency_timeout
+                ),
+            )),
+        }
+    }
+
+    /// Drops `channel` if it is still the current one, so the next batch opens a fresh one.
+    async fn discard(&self, channel: &Channel) {
+        let mut link = self.link.lock().await;
+        if link.channel.as_ref().is_some_and(|current| current.id() == channel.id()) {
+            link.channel = None;
+        }
+    }
+}
+
+/// The pieces of a message that must be valid AMQP short strings, checked before publishing so a
+/// bad message fails alone.
+struct Prepared {
+    exchange: ShortString,
+    routing_key: ShortString,
+    properties: BasicProperties,
+}
+
+fn short(what: &str, message: &OutboundMessage, value: &str) -> Result<ShortString> {
+    ShortString::try_new(value).map_err(|error| {
+        Error::new(ErrorKind::InvalidInput, format!("{what} of message {} is too long for AMQP", message.id))
+            .with_source(error)
+    })
+}
+
+fn prepare(message: &OutboundMessage) -> Result<Prepared> {
+    let mut headers = FieldTable::default();
+    for (name, value) in message.wire_headers() {
+        headers
+            .insert(short("a header name", message, &name)?, AMQPValue::LongString(LongString::from(value)));
+    }
+    let timestamp = u64::try_from(message.created_at.timestamp()).unwrap_or(0);
+    let properties = BasicProperties::default()
+        .with_delivery_mode(PERSISTENT)
+        .with_content_type(ShortString::from(CONTENT_TYPE))
+        .with_message_id(short("the id", message, &message.id.to_string())?)
+        .with_timestamp(timestamp)
+        .with_type(short("the payload type", message, &message.payload_type)?)
+        .with_headers(headers);
+    Ok(Prepared {
+        exchange: short("the exchange (topic)", message, &message.topic)?,
+        routing_key: short("the routing key (event type)", message, &message.event_type)?,
+        properties,
+    })
+}
+
+/// What the broker's confirm says about one message.
+fn confirmation_result(message: &OutboundMessage, confirmation: Confirmation) -> Result<(), SendError> {
+    match confirmation {
+        Confirmation::Ack(None) => Ok(()),
+        Confirmation::Ack(Some(returned)) => Err(Error::new(
+            ErrorKind::Broker,
+            format!(
+                "message {} is unroutable: exchange '{}' has no queue bound for routing key '{}' ({} {})",
+                message.id, message.topic, message.event_type, returned.reply_code, returned.reply_text
+            ),
+        )),
+        // RabbitMQ nacks when a queue refuses the message (e.g. `x-overflow: reject-publish`) or on
+        // an internal error; both can clear up.
+        Confirmation::Nack(_) => Err(Error::temporary(
+            ErrorKind::Broker,
+            format!("RabbitMQ refused message {} (basic.nack) on exchange '{}'", message.id, message.topic),
+        )),
+        Confirmation::NotRequested => Err(Error::new(
+            ErrorKind::Broker,
+            format!("message {} was published without publisher confirms", message.id),
+        )),
+    }
+}
+
+#[async_trait]
+impl Sender for RabbitSender {
+    async fn send(&self, batch: &[OutboundMessage]) -> Vec<Result<(), SendError>> {
+        if batch.is_empty() {
+            return Vec::new();
+        }
+        let deadline = Instant::now() + self.config.emergency_timeout;
+        let mut results: Vec<Option<Result<(), SendError>>> = (0..batch.len()).map(|_| None).collect();
+        match tokio::time::timeout_at(deadline, self.publish_all(batch, &mut results)).await {
+            Ok(()) => {}
+            Err(_) => {
+                tracing::warn!(
+                    messages = batch.len(),
+                    timeout = ?self.config.emergency_timeout,
+                    "RabbitMQ batch hit the emergency timeout"
+                );
+                // Confirms that never came mean the channel cannot be trusted; the next batch opens a new one.
+                self.link.lock().await.channel = None;
+            }
+        }
+        results
+            .into_iter()
+            .zip(batch)
+            .map(|(result, message)| {
+                result.unwrap_or_else(|| {
+                    Err(Error::temporary(
+                        ErrorKind::Timeout,
+                        format!(
+                            "message {} was not confirmed within the emergency timeout of {:?}",
+                            message.id, self.config.emergency_timeout
+                        ),
+                    ))
+                })
+            })
+            .collect()
+    }
+}
+
+impl RabbitSender {
+    /// Publishes every message without waiting in between, then collects the confirms; fills
+    /// `results` as outcomes become known so a timeout leaves only the unknown ones empty.
+    async fn publish_all(&self, batch: &[OutboundMessage], results: &mut [Option<Result<(), SendError>>]) {
+        let channel = match self.channel().await {
+            Ok(channel) => channel,
+            Err(error) => {
+                let text = error.to_string();
+                let temporary = error.is_temporary();
+                let kind = error.kind();
+                for slot in results.iter_mut() {
+                    *slot = Some(Err(if temporary {
+                        Error::temporary(kind, text.clone())
+                    } else {
+                        Error::new(kind, text.clone())
+                    }));
+                }
+                return;
+            }
+        };
+        let options = BasicPublishOptions { mandatory: true, ..BasicPublishOptions::default() };
+        let mut confirms = FuturesUnordered::new();
+        let mut channel_broken = false;
+        for (index, message) in batch.iter().enumerate() {
+            if channel_broken {
+                results[index] = Some(Err(Error::temporary(
+                    ErrorKind::Broker,
+                    format!("message {} not published: the channel closed earlier in the batch", message.id),
+                )));
+                continue;
+            }
+            let prepared = match prepare(message) {
+                Ok(prepared) => prepared,
+                Err(error) => {
+                    results[index] = Some(Err(error));
+                    continue;
+                }
+            };
+            match channel
+                .basic_publish(
+                    prepared.exchange,
+                    prepared.routing_key,
+                    options,
+                    message.payload.as_bytes(),
+                    prepared.properties,
+                )
+                .await
+            {
+                Ok(confirm) => confirms.push(async move { (index, confirm.await) }),
+                Err(error) => {
+                    results[index] = Some(Err(broker(format!("publishing message {}", message.id), error)));
+                    channel_broken = true;
+                }
+            }
+        }
+        while let Some((index, outcome)) = confirms.next().await {
+            let message = &batch[index];
+            results[index] = Some(match outcome {
+                Ok(confirmation) => confirmation_result(message, confirmation),
+                Err(error) => {
+                    channel_broken = true;
+                    // lapin fails every pending confirm with the reason the channel closed (e.g.
+                    // NOT_FOUND for a missing exchange), so nothing waits for a confirm that cannot come.
+                    Err(broker(
+                        format!(
+                            "message {} was not confirmed: the channel to '{}' closed",
+                            message.id, message.topic
+                        ),
+                        error,
+                    ))
+                }
+            });
+        }
+        if channel_broken || !channel.status().connected() {
+            self.discard(&channel).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sender_is_send_sync() {
+        fn assert_send_sync<T: Send + Sync + 'static>() {}
+        assert_send_sync::<RabbitSender>();
+    }
+
+    #[test]
+    fn an_unroutable_or_refused_confirm_is_a_failure() {
+        let message = OutboundMessage {
+            id: uuid::Uuid::nil(),
+            event_type: "order-created".into(),
+            topic: "orders".into(),
+            key: "k".into(),
+            payload: "{}".into(),
+            payload_type: "Order".into(),
+            headers: oncebox_core::Headers::new(),
+            created_at: chrono::Utc::now(),
+        };
+        assert!(confirmation_result(&message, Confirmation::Ack(None)).is_ok());
+        assert!(confirmation_result(&message, Confirmation::Nack(None)).is_err());
+        assert!(confirmation_result(&message, Confirmation::NotRequested).is_err());
+        let mut long = message.clone();
+        long.topic = "x".repeat(300);
+        assert!(prepare(&long).is_err_and(|error| error.kind() == ErrorKind::InvalidInput));
+        assert!(prepare(&message).is_ok());
+    }
+}
