@@ -60,6 +60,15 @@ impl<E: std::error::Error + 'static> std::error::Error for ConsumeError<E> {
     }
 }
 
+impl From<ConsumeError<Error>> for Error {
+    fn from(error: ConsumeError<Error>) -> Self {
+        match error {
+            ConsumeError::Inbox(error) => error,
+            ConsumeError::Handler(error) => error.context("consumer effect"),
+        }
+    }
+}
+
 /// One consumer's view of the inbox. Records are keyed by `(consumer, id)`, so two consumers in a
 /// service both handle the same event.
 pub struct Inbox<W> {
@@ -167,6 +176,29 @@ impl<W> Inbox<W> {
                 Err(ConsumeError::Handler(error))
             }
         }
+    }
+
+    /// The first half of [`consume_in`](Self::consume_in) for callers that run the effect
+    /// themselves (e.g. a handler whose future must be `Send`): checks the cache, records `id` in
+    /// `tx`, and returns `true` when the effect should run. Commit `tx` with the effect, then call
+    /// [`remember`](Self::remember).
+    pub async fn record_in<Tx>(&self, tx: &mut Tx, id: Uuid) -> crate::error::Result<bool>
+    where
+        Tx: ?Sized,
+        W: InboxWriter<Tx>,
+    {
+        if self.cached(id).await {
+            self.count(InboxOutcome::Duplicate, 1);
+            return Ok(false);
+        }
+        let new = self.writer.record(tx, &self.consumer, id).await?;
+        if new {
+            self.count(InboxOutcome::Consumed, 1);
+        } else {
+            self.cache.insert(&self.consumer, id).await;
+            self.count(InboxOutcome::Duplicate, 1);
+        }
+        Ok(new)
     }
 
     /// Transactional batch consumption: records every id in `tx` and runs `effect` once with the
@@ -462,6 +494,27 @@ mod tests {
         drop(rolled_back);
         assert!(!store.has("billing", id));
         assert!(!cache.contains("billing", id).await);
+    }
+
+    #[tokio::test]
+    async fn record_in_tells_new_from_duplicate_and_consults_the_cache() {
+        let store = Arc::new(SetInbox::default());
+        let cache = Arc::new(RecordingCache::default());
+        let inbox = inbox(&store, &cache);
+        let id = Uuid::now_v7();
+        let mut first = tx();
+        assert!(inbox.record_in(&mut first, id).await.unwrap_or(false));
+        store.commit(first);
+        let mut second = tx();
+        assert!(!inbox.record_in(&mut second, id).await.unwrap_or(true));
+        assert!(second.staged.is_empty());
+        assert!(cache.contains("billing", id).await);
+        let cached_only = Uuid::now_v7();
+        cache.insert("billing", cached_only).await;
+        assert!(
+            !inbox.record_in(&mut tx(), cached_only).await.unwrap_or(true),
+            "a cache hit skips the database"
+        );
     }
 
     #[tokio::test]

@@ -283,7 +283,9 @@ impl<D: Dialect, S> OnceboxBuilder<D, S> {
         parts.job_lock = plan.jobs.then(|| dialect.job_lock());
         if plan.outbox {
             parts.outbox = Some(dialect.outbox_dao());
-            parts.wake_source = dialect.wake_source().await?;
+            if outbox_config.is_some_and(|o| o.wake_up == config::WakeUpMode::ListenNotify) {
+                parts.wake_source = dialect.wake_source().await?;
+            }
         }
         if plan.dlq {
             parts.dlq = Some(dialect.dlq_dao());

@@ -168,6 +168,12 @@ impl ConfigBuilder {
         self
     }
 
+    /// Whether the database's wake-up hints cut poll sleeps short.
+    pub fn wake_up(mut self, mode: super::WakeUpMode) -> Self {
+        self.outbox().wake_up = Some(mode);
+        self
+    }
+
     /// Turns the dead letter queue on or off.
     pub fn dlq_enabled(mut self, enabled: bool) -> Self {
         self.outbox().dlq.get_or_insert_with(Default::default).enabled = Some(enabled);

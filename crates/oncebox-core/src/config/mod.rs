@@ -95,6 +95,19 @@ pub struct OutboxConfig {
     pub dlq: Option<DlqConfig>,
     /// `metrics`.
     pub metrics: MetricsConfig,
+    /// `wake-up`: whether the database's hints (e.g. PostgreSQL NOTIFY) cut poll sleeps short.
+    pub wake_up: WakeUpMode,
+}
+
+/// `oncebox.outbox.wake-up`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WakeUpMode {
+    /// Use the dialect's hints when it has any (PostgreSQL LISTEN/NOTIFY); polling stays the backstop.
+    #[default]
+    ListenNotify,
+    /// Poll only.
+    Off,
 }
 
 /// Settings of one event type, with `defaults` applied.

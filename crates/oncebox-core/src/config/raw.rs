@@ -88,6 +88,7 @@ pub(crate) struct RawOutbox {
     pub(crate) clean_up: Option<RawCleanUp>,
     pub(crate) dlq: Option<RawDlq>,
     pub(crate) metrics: Option<RawMetrics>,
+    pub(crate) wake_up: Option<super::WakeUpMode>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -209,6 +209,7 @@ fn resolve_outbox(raw: &RawOutbox) -> Result<OutboxConfig> {
         clean_up,
         dlq,
         metrics,
+        wake_up: raw.wake_up.unwrap_or_default(),
     })
 }
 

@@ -291,3 +291,14 @@ fn lock_durations_follow_polling_by_default() {
         (Duration::from_secs(5), Duration::from_secs(60))
     );
 }
+
+#[test]
+fn wake_ups_default_on_and_can_be_turned_off() {
+    let config = Config::from_yaml_str(&with_event("")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.outbox.map(|o| o.wake_up), Some(WakeUpMode::ListenNotify));
+    let off = Config::from_yaml_str(&format!("{}    wake-up: off\n", with_event("")))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(off.outbox.map(|o| o.wake_up), Some(WakeUpMode::Off));
+    let message = yaml_error(&format!("{}    wake-up: sometimes\n", with_event("")));
+    assert_names(&message, "oncebox.outbox.wake-up");
+}

@@ -78,7 +78,8 @@ pub struct EngineStats {
 pub struct StatsSnapshot {
     /// Rows claimed.
     pub claimed: u64,
-    /// Events acknowledged by the broker and settled PROCESSED.
+    /// Events the broker acknowledged. A settle refused by fencing still counts: the broker has
+    /// the event, and the newer claimer settles the row.
     pub delivered: u64,
     /// Failed sends scheduled for a retry.
     pub retried: u64,
