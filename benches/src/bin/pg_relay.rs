@@ -1,0 +1,1014 @@
+//! PostgreSQL relay benchmark, in one run on one database (`ONCEBOX_PG_URL`):
+//!
+//! 1. the raw ceiling: a hand-written claim + settle loop (no broker) draining a pre-filled
+//!    backlog, with one worker and with two;
+//! 2. the engine draining the same backlog into the in-memory broker, with one instance and with
+//!    two, with a time breakdown (claim / send / settle) from timing decorators around the DAO and
+//!    the sender;
+//!    A diagnostic third drain runs the raw loop with the engine's own `claim.sql`/`settle.sql`,
+//!    which separates the cost of the statements from the cost of the engine around them;
+//! 3. publish overhead, interleaved: (A) a business insert, (B) A plus a hand-written outbox
+//!    insert, (C) A plus `Publisher::publish` (wake-ups on, the default), (D) C with wake-ups off
+//!    and (E) A plus the `PgWriter`'s UNNEST statement bound by hand; then `publish_all` of 100
+//!    events against 100 single publishes in one transaction.
+//!
+//! Every phase starts from the same backlog (copied from a template written once through the
+//! `PgWriter`) after `VACUUM ANALYZE`. All tables live under a fresh prefix and are dropped at the end.
+
+use std::error::Error;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use clap::Parser;
+use oncebox_benches::{
+    BenchPayload, BenchResult, EVENT_TYPE, Summary, fresh_name, millis, per_second, server_url,
+};
+use oncebox_core::config::{EventSettings, Polling};
+use oncebox_core::event::OutboxCounts;
+use oncebox_core::{
+    ClaimedBatch, Config, Dialect, Engine, EngineHandle, EngineParts, Lifecycle, NewOutboxEvent,
+    OutboundMessage, OutboxDao, OutboxEvent, OutboxWriter, Publisher, SchemaPlan, SendError, Sender,
+    SettleReport, Settlement, TableNames,
+};
+use oncebox_postgres::{DEFAULT_MAX_CONNECTIONS, PgDialect, PgWriter, connect_options};
+use oncebox_testkit::MemoryBroker;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{AssertSqlSafe, Connection, PgConnection, PgPool, Row};
+use uuid::Uuid;
+
+const URL_VARIABLE: &str = "ONCEBOX_PG_URL";
+const URL_EXAMPLE: &str = "postgres://postgres@127.0.0.1:5432/test";
+const TOPIC: &str = "bench-topic";
+/// Rows per transaction when the template backlog is written through the `PgWriter`.
+const PREFILL_BATCH: usize = 5_000;
+/// Longest a drain may take before the run gives up.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(1800);
+
+const RAW_CLAIM: &str = include_str!("../../sql/raw_claim.sql");
+const RAW_SETTLE: &str = include_str!("../../sql/raw_settle.sql");
+const BUSINESS_TABLE: &str = include_str!("../../sql/business_table.sql");
+const BUSINESS_INSERT: &str = include_str!("../../sql/business_insert.sql");
+const OUTBOX_INSERT_ONE: &str = include_str!("../../sql/outbox_insert_one.sql");
+const COPY_BACKLOG: &str = include_str!("../../sql/copy_backlog.sql");
+/// The engine's own claim statement, read (not changed) for `EXPLAIN ANALYZE`.
+const ENGINE_CLAIM: &str = include_str!("../../../crates/oncebox-postgres/sql/claim.sql");
+/// The engine's settle statement, read for `EXPLAIN ANALYZE`.
+const ENGINE_SETTLE: &str = include_str!("../../../crates/oncebox-postgres/sql/settle.sql");
+/// The `PgWriter`'s insert without NOTIFY, run by hand as variant E.
+const WRITER_INSERT: &str = include_str!("../../../crates/oncebox-postgres/sql/insert_events.sql");
+
+/// Command-line arguments.
+#[derive(Debug, Parser)]
+#[command(about = "oncebox PostgreSQL relay and publish benchmark (server address from ONCEBOX_PG_URL)")]
+struct Args {
+    /// Backlog size drained by each relay phase.
+    #[arg(long, default_value_t = 1_000_000)]
+    events: u64,
+    /// Rows per claim, for the raw loop and the engine.
+    #[arg(long, default_value_t = 500)]
+    batch_size: u32,
+    /// Iterations of each single-publish variant (A, B, C, D).
+    #[arg(long, default_value_t = 1_000)]
+    iterations: usize,
+    /// Iterations of each 100-event batch variant.
+    #[arg(long, default_value_t = 100)]
+    batch_iterations: usize,
+    /// Times the four drains (raw and engine, one and two workers) are repeated.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
+    /// Diagnostic: the engine sends to a sender that only acknowledges, instead of the
+    /// in-memory broker (which keeps a copy of every message).
+    #[arg(long)]
+    counting_sender: bool,
+    /// Skip the relay phases (raw ceiling and engine).
+    #[arg(long)]
+    skip_relay: bool,
+    /// Skip the publish-overhead phases.
+    #[arg(long)]
+    skip_publish: bool,
+    /// Print `EXPLAIN (ANALYZE, BUFFERS)` of the raw and the engine claim on a fresh backlog.
+    #[arg(long)]
+    explain: bool,
+}
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let args = Args::parse();
+    let url = server_url(URL_VARIABLE, URL_EXAMPLE).map_err(|error| -> Box<dyn Error> { error })?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(run(args, url)).map_err(|error| -> Box<dyn Error> { error })
+}
+
+/// Everything one run needs: the pool, the tables and the SQL rendered for them.
+struct Bench {
+    url: String,
+    pool: PgPool,
+    tables: TableNames,
+    dialect: PgDialect,
+    template: PgDialect,
+    raw_claim: String,
+    raw_settle: String,
+}
+
+impl Bench {
+    fn sql(&self, template: &str) -> String {
+        self.tables.render(template)
+    }
+
+    async fn execute(&self, sql: &str) -> BenchResult<()> {
+        sqlx::raw_sql(AssertSqlSafe(sql.to_owned())).execute(&self.pool).await?;
+        Ok(())
+    }
+
+    /// A dialect over a pool of its own, as a separate relay process would have.
+    async fn instance(&self) -> BenchResult<PgDialect> {
+        let pool = PgPoolOptions::new()
+            .max_connections(DEFAULT_MAX_CONNECTIONS)
+            .connect_with(connect_options(&self.url)?)
+            .await?;
+        Ok(PgDialect::new(pool).with_tables(&self.tables).with_wake_ups(false))
+    }
+
+    /// Empties the outbox, refills it from the template backlog and runs `VACUUM ANALYZE`.
+    async fn reset_backlog(&self, expected: u64) -> BenchResult<()> {
+        self.execute(&format!("TRUNCATE {}", self.tables.events)).await?;
+        let copied =
+            sqlx::query(AssertSqlSafe(self.sql(COPY_BACKLOG))).execute(&self.pool).await?.rows_affected();
+        if copied != expected {
+            return Err(format!("backlog copy wrote {copied} rows, expected {expected}").into());
+        }
+        self.vacuum().await
+    }
+
+    async fn vacuum(&self) -> BenchResult<()> {
+        self.execute(&format!("VACUUM ANALYZE {}", self.tables.events)).await
+    }
+
+    async fn pending(&self) -> BenchResult<i64> {
+        let sql = format!("SELECT count(*) FROM {} WHERE status <> 'PROCESSED'", self.tables.events);
+        Ok(sqlx::query_scalar(AssertSqlSafe(sql)).fetch_one(&self.pool).await?)
+    }
+
+    async fn drop_everything(&self) -> BenchResult<()> {
+        let names = [&self.tables, self.template.tables()]
+            .iter()
+            .flat_map(|tables| [&tables.events, &tables.dlq, &tables.consumed, &tables.jobs])
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join(", ");
+        self.execute(&format!("DROP TABLE IF EXISTS {names}, {}orders", self.tables.prefix())).await
+    }
+}
+
+async fn run(args: Args, url: String) -> BenchResult<()> {
+    if args.batch_size == 0 || args.events == 0 {
+        return Err("--events and --batch-size must be at least 1".into());
+    }
+    let pool = PgPoolOptions::new().max_connections(8).connect_with(connect_options(&url)?).await?;
+    let prefix = format!("{}_", fresh_name("bench_"));
+    let tables = TableNames::with_prefix(&prefix)?;
+    let template_tables = TableNames::with_prefix(&format!("{prefix}backlog_"))?;
+    let bench = Bench {
+        url,
+        pool: pool.clone(),
+        dialect: PgDialect::new(pool.clone()).with_tables(&tables),
+        template: PgDialect::new(pool.clone()).with_tables(&template_tables).with_wake_ups(false),
+        raw_claim: tables.render(RAW_CLAIM),
+        raw_settle: tables.render(RAW_SETTLE),
+        tables,
+    };
+    print_server(&bench).await?;
+    println!("table prefix: {prefix}");
+    let outcome = run_phases(&bench, &args).await;
+    let cleaned = bench.drop_everything().await;
+    pool.close().await;
+    outcome?;
+    cleaned?;
+    println!("\ntables under {prefix} dropped");
+    Ok(())
+}
+
+async fn print_server(bench: &Bench) -> BenchResult<()> {
+    let version: String = sqlx::query_scalar("SHOW server_version").fetch_one(&bench.pool).await?;
+    let mut settings = Vec::new();
+    for name in ["shared_buffers", "synchronous_commit", "fsync", "autovacuum", "max_wal_size"] {
+        let value: String =
+            sqlx::query_scalar(AssertSqlSafe(format!("SHOW {name}"))).fetch_one(&bench.pool).await?;
+        settings.push(format!("{name}={value}"));
+    }
+    println!("PostgreSQL {version}; {}", settings.join(", "));
+    println!(
+        "client (tokio multi-thread runtime) and server share {} CPUs",
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    );
+    Ok(())
+}
+
+async fn run_phases(bench: &Bench, args: &Args) -> BenchResult<()> {
+    let all = SchemaPlan { outbox: true, dlq: true, inbox: true, jobs: true };
+    bench.dialect.create_schema(all).await?;
+    bench.template.create_schema(SchemaPlan { outbox: true, dlq: false, inbox: false, jobs: false }).await?;
+    if !args.skip_relay {
+        relay_phases(bench, args).await?;
+    }
+    if !args.skip_publish {
+        publish_phases(bench, args).await?;
+    }
+    Ok(())
+}
+
+// ---- relay: raw ceiling and engine ------------------------------------------------------------
+
+async fn relay_phases(bench: &Bench, args: &Args) -> BenchResult<()> {
+    let events = args.events;
+    println!(
+        "\n## Relay: backlog of {events} events ({} B JSON payloads), batch {}",
+        oncebox_benches::PAYLOAD_BYTES,
+        args.batch_size
+    );
+    let started = Instant::now();
+    write_template(bench, events).await?;
+    let elapsed = started.elapsed();
+    println!(
+        "template backlog written through PgWriter, {PREFILL_BATCH} per transaction: {:.1} s ({:.0} events/s)",
+        elapsed.as_secs_f64(),
+        per_second(events, elapsed)
+    );
+    if args.explain {
+        explain_claims(bench, args).await?;
+    }
+
+    let mut rows = Vec::new();
+    for repetition in 1..=args.repeat {
+        for workers in [1usize, 2] {
+            // Odd repetitions run the raw loop first, even ones the engine, so neither always gets
+            // the warmer cache. With one worker, the raw loop also runs the engine's own SQL, to
+            // tell the cost of the statements from the cost of the engine around them.
+            let mut order = vec![Phase::Raw(RawSql::HandWritten), Phase::Engine];
+            if workers == 1 {
+                order.insert(1, Phase::Raw(RawSql::Engine));
+            }
+            if repetition % 2 == 0 {
+                order.reverse();
+            }
+            for phase in order {
+                bench.reset_backlog(events).await?;
+                let mut result = match phase {
+                    Phase::Engine => engine_drain(bench, workers, args, events).await?,
+                    Phase::Raw(sql) => raw_drain(bench, sql, workers, args.batch_size).await?,
+                };
+                check_drained(bench, &result.label).await?;
+                result.repetition = repetition;
+                rows.push(result);
+            }
+        }
+    }
+    rows.sort_by_key(|row| (row.repetition, row.workers, row.kind));
+
+    println!(
+        "\n| run | phase | events | seconds | events/s | ratio to raw, same run and worker count | claim ms/batch | send ms/batch | settle ms/batch | batches |"
+    );
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for row in &rows {
+        let raw = rows
+            .iter()
+            .find(|raw| {
+                raw.kind == Phase::Raw(RawSql::HandWritten)
+                    && raw.workers == row.workers
+                    && raw.repetition == row.repetition
+            })
+            .map(DrainResult::rate);
+        let ratio = raw.map_or("-".to_owned(), |raw| format!("{:.3}", row.rate() / raw));
+        let per_batch = |total: Duration| {
+            if row.batches == 0 {
+                "-".to_owned()
+            } else {
+                millis(total / u32::try_from(row.batches).unwrap_or(u32::MAX))
+            }
+        };
+        println!(
+            "| {} | {} | {} | {:.2} | {:.0} | {} | {} | {} | {} | {} |",
+            row.repetition,
+            row.label,
+            row.events,
+            row.elapsed.as_secs_f64(),
+            row.rate(),
+            ratio,
+            per_batch(row.claim),
+            if row.kind == Phase::Engine { per_batch(row.send) } else { "-".to_owned() },
+            per_batch(row.settle),
+            row.batches
+        );
+    }
+    println!(
+        "(claim/send/settle are summed over workers and divided by batches: time inside each call, as seen by the caller)"
+    );
+    if args.repeat > 1 {
+        println!(
+            "\n| phase, over all {} runs | events/s (all events / all seconds) | ratio to raw, same worker count |",
+            args.repeat
+        );
+        println!("|---|---:|---:|");
+        let aggregate = |kind: Phase, workers: usize| {
+            let (events, seconds) = rows
+                .iter()
+                .filter(|row| row.kind == kind && row.workers == workers)
+                .fold((0u64, 0f64), |(e, t), row| (e + row.events, t + row.elapsed.as_secs_f64()));
+            if seconds > 0.0 { events as f64 / seconds } else { 0.0 }
+        };
+        for (kind, workers, label) in [
+            (Phase::Raw(RawSql::HandWritten), 1, "raw SQL loop, 1 worker"),
+            (Phase::Raw(RawSql::Engine), 1, "raw loop running the engine's SQL, 1 worker"),
+            (Phase::Engine, 1, "engine, 1 instance"),
+            (Phase::Raw(RawSql::HandWritten), 2, "raw SQL loop, 2 workers"),
+            (Phase::Engine, 2, "engine, 2 instances"),
+        ] {
+            let rate = aggregate(kind, workers);
+            let raw = aggregate(Phase::Raw(RawSql::HandWritten), workers);
+            println!("| {label} | {rate:.0} | {:.3} |", if raw > 0.0 { rate / raw } else { 0.0 });
+        }
+    }
+    Ok(())
+}
+
+async fn write_template(bench: &Bench, events: u64) -> BenchResult<()> {
+    let writer = bench.template.writer();
+    let mut written = 0u64;
+    while written < events {
+        let count = PREFILL_BATCH.min(usize::try_from(events - written).unwrap_or(PREFILL_BATCH));
+        let batch: Vec<NewOutboxEvent> = (0..count)
+            .map(|index| NewOutboxEvent {
+                id: Uuid::now_v7(),
+                event_type: EVENT_TYPE.to_owned(),
+                payload: BenchPayload::new(written + index as u64).to_json(),
+                payload_type: std::any::type_name::<BenchPayload>().to_owned(),
+                headers: Default::default(),
+                partition_key: None,
+            })
+            .collect();
+        let mut tx = bench.pool.begin().await?;
+        writer.write(&mut tx, &batch).await?;
+        tx.commit().await?;
+        written += count as u64;
+    }
+    Ok(())
+}
+
+async fn check_drained(bench: &Bench, label: &str) -> BenchResult<()> {
+    let left = bench.pending().await?;
+    if left != 0 {
+        return Err(format!("{label}: {left} rows are not PROCESSED after the drain").into());
+    }
+    Ok(())
+}
+
+/// What drains the backlog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Phase {
+    /// The raw claim + settle loop.
+    Raw(RawSql),
+    /// The engine into the in-memory broker.
+    Engine,
+}
+
+/// Which statements the raw loop runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum RawSql {
+    /// `benches/sql/raw_claim.sql` and `raw_settle.sql`.
+    HandWritten,
+    /// The engine's `claim.sql` and `settle.sql` from oncebox-postgres, bound by hand.
+    Engine,
+}
+
+/// One drain's measurements.
+struct DrainResult {
+    repetition: usize,
+    label: String,
+    kind: Phase,
+    workers: usize,
+    events: u64,
+    elapsed: Duration,
+    batches: u64,
+    claim: Duration,
+    send: Duration,
+    settle: Duration,
+}
+
+impl DrainResult {
+    fn rate(&self) -> f64 {
+        per_second(self.events, self.elapsed)
+    }
+}
+
+/// Totals of one raw worker.
+#[derive(Default)]
+struct RawTotals {
+    events: u64,
+    batches: u64,
+    claim: Duration,
+    settle: Duration,
+}
+
+async fn raw_drain(bench: &Bench, sql: RawSql, workers: usize, batch_size: u32) -> BenchResult<DrainResult> {
+    let (claim, settle) = match sql {
+        RawSql::HandWritten => (bench.raw_claim.clone(), bench.raw_settle.clone()),
+        RawSql::Engine => (bench.sql(ENGINE_CLAIM), bench.sql(ENGINE_SETTLE)),
+    };
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..workers {
+        let worker =
+            RawWorker { pool: bench.pool.clone(), sql, claim: claim.clone(), settle: settle.clone() };
+        tasks.push(tokio::spawn(worker.run(batch_size)));
+    }
+    let mut totals = RawTotals::default();
+    for task in tasks {
+        let worker = task.await??;
+        totals.events += worker.events;
+        totals.batches += worker.batches;
+        totals.claim += worker.claim;
+        totals.settle += worker.settle;
+    }
+    let elapsed = started.elapsed();
+    let plural = if workers == 1 { "" } else { "s" };
+    let result = DrainResult {
+        repetition: 0,
+        label: match sql {
+            RawSql::HandWritten => format!("raw SQL loop, {workers} worker{plural}"),
+            RawSql::Engine => {
+                format!("raw loop running the engine's claim.sql/settle.sql, {workers} worker{plural}")
+            }
+        },
+        kind: Phase::Raw(sql),
+        workers,
+        events: totals.events,
+        elapsed,
+        batches: totals.batches,
+        claim: totals.claim,
+        send: Duration::ZERO,
+        settle: totals.settle,
+    };
+    println!(
+        "{}: {} events in {:.2} s = {:.0} events/s",
+        result.label,
+        result.events,
+        elapsed.as_secs_f64(),
+        result.rate()
+    );
+    Ok(result)
+}
+
+/// One raw claim + settle loop.
+struct RawWorker {
+    pool: PgPool,
+    sql: RawSql,
+    claim: String,
+    settle: String,
+}
+
+impl RawWorker {
+    /// Claims and settles until the backlog is empty. The claimed columns are decoded as a relay
+    /// would decode them before sending (the engine's statement returns `headers` as JSONB, which
+    /// is left undecoded).
+    async fn run(self, batch_size: u32) -> BenchResult<RawTotals> {
+        let mut totals = RawTotals::default();
+        loop {
+            let token = Uuid::now_v7();
+            let started = Instant::now();
+            let rows = sqlx::query(AssertSqlSafe(self.claim.clone()))
+                .bind(EVENT_TYPE)
+                .bind(i64::from(batch_size))
+                .bind(token)
+                .fetch_all(&self.pool)
+                .await?;
+            let mut ids = Vec::with_capacity(rows.len());
+            let mut payload_bytes = 0usize;
+            for row in &rows {
+                ids.push(row.try_get::<Uuid, _>("id")?);
+                payload_bytes += row.try_get::<String, _>("payload")?.len();
+                let _payload_type: String = row.try_get("payload_type")?;
+                if self.sql == RawSql::HandWritten {
+                    let _headers: String = row.try_get("headers")?;
+                }
+                let _key: Option<String> = row.try_get("partition_key")?;
+                let _created: chrono::DateTime<chrono::Utc> = row.try_get("created_at")?;
+            }
+            totals.claim += started.elapsed();
+            if ids.is_empty() {
+                return Ok(totals);
+            }
+            std::hint::black_box(payload_bytes);
+            let started = Instant::now();
+            let query = sqlx::query(AssertSqlSafe(self.settle.clone()));
+            let query = match self.sql {
+                RawSql::HandWritten => query.bind(&ids).bind(token),
+                RawSql::Engine => query
+                    .bind(token)
+                    .bind(&ids)
+                    .bind(vec!["PROCESSED"; ids.len()])
+                    .bind(vec![0i64; ids.len()])
+                    .bind(vec![None::<String>; ids.len()]),
+            };
+            let settled = query.execute(&self.pool).await?.rows_affected();
+            totals.settle += started.elapsed();
+            if settled != ids.len() as u64 {
+                return Err(format!("raw settle changed {settled} of {} rows", ids.len()).into());
+            }
+            totals.events += settled;
+            totals.batches += 1;
+        }
+    }
+}
+
+/// Fast adaptive polling: drains at once after a full batch, re-polls within 10–100 ms otherwise.
+fn fast_polling() -> Polling {
+    Polling::Adaptive {
+        initial_delay: Duration::ZERO,
+        min_delay: Duration::from_millis(10),
+        max_delay: Duration::from_millis(100),
+        multiplier: 2.0,
+    }
+}
+
+async fn engine_drain(bench: &Bench, instances: usize, args: &Args, events: u64) -> BenchResult<DrainResult> {
+    let batch_size = args.batch_size;
+    let config = Config::builder()
+        .table_prefix(bench.tables.prefix())
+        .event(EVENT_TYPE, EventSettings::new(TOPIC).batch_size(batch_size).polling(fast_polling()))
+        .build()?;
+    let broker = MemoryBroker::new();
+    let mut dialects = Vec::new();
+    for _ in 0..instances {
+        dialects.push(bench.instance().await?);
+    }
+    let mut running: Vec<(EngineHandle, Arc<TimedOutbox>, Arc<TimedSender>)> = Vec::new();
+    let started = Instant::now();
+    for dialect in &dialects {
+        let outbox = Arc::new(TimedOutbox::new(dialect.outbox_dao()));
+        let inner: Arc<dyn Sender> =
+            if args.counting_sender { Arc::new(CountingSender) } else { Arc::new(broker.clone()) };
+        let sender = Arc::new(TimedSender::new(inner));
+        let mut parts = EngineParts::new(config.clone());
+        parts.outbox = Some(outbox.clone());
+        parts.dlq = Some(dialect.dlq_dao());
+        parts.inbox = Some(dialect.inbox_dao());
+        parts.job_lock = Some(dialect.job_lock());
+        parts.sender = Some(sender.clone());
+        running.push((Engine::start(parts)?, outbox, sender));
+    }
+    let deadline = started + DRAIN_TIMEOUT;
+    let elapsed = loop {
+        let delivered: u64 = running.iter().map(|(engine, _, _)| engine.stats().delivered).sum();
+        if delivered >= events {
+            break started.elapsed();
+        }
+        if let Some((engine, _, _)) =
+            running.iter().find(|(engine, _, _)| matches!(engine.state(), Lifecycle::Failed(_)))
+        {
+            return Err(format!("engine failed: {}", engine.state()).into());
+        }
+        if Instant::now() > deadline {
+            return Err(
+                format!("engine delivered only {delivered} of {events} within {DRAIN_TIMEOUT:?}").into()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    };
+    let mut result = DrainResult {
+        repetition: 0,
+        label: format!(
+            "engine → {}, {instances} instance{}",
+            if args.counting_sender { "counting sender" } else { "MemoryBroker" },
+            if instances == 1 { "" } else { "s" }
+        ),
+        kind: Phase::Engine,
+        workers: instances,
+        events: 0,
+        elapsed,
+        batches: 0,
+        claim: Duration::ZERO,
+        send: Duration::ZERO,
+        settle: Duration::ZERO,
+    };
+    let mut task_errors = 0;
+    for (engine, outbox, sender) in &running {
+        engine.shutdown(Duration::from_secs(30)).await?;
+        let stats = engine.stats();
+        result.events += stats.delivered;
+        task_errors += stats.task_errors;
+        result.batches += outbox.settles.load(Ordering::Relaxed);
+        result.claim += outbox.claim_time();
+        result.settle += outbox.settle_time();
+        result.send += sender.time();
+    }
+    for dialect in dialects {
+        dialect.pool().close().await;
+    }
+    if task_errors > 0 {
+        println!("warning: {task_errors} task runs failed during the drain");
+    }
+    println!(
+        "{}: {} events in {:.2} s = {:.0} events/s ({} messages in the broker)",
+        result.label,
+        result.events,
+        elapsed.as_secs_f64(),
+        result.rate(),
+        broker.delivered().len()
+    );
+    Ok(result)
+}
+
+/// Adds the time spent in `claim` and `settle` to counters; everything else passes through.
+struct TimedOutbox {
+    inner: Arc<dyn OutboxDao>,
+    claim_nanos: AtomicU64,
+    settle_nanos: AtomicU64,
+    settles: AtomicU64,
+}
+
+impl TimedOutbox {
+    fn new(inner: Arc<dyn OutboxDao>) -> Self {
+        Self {
+            inner,
+            claim_nanos: AtomicU64::new(0),
+            settle_nanos: AtomicU64::new(0),
+            settles: AtomicU64::new(0),
+        }
+    }
+
+    fn claim_time(&self) -> Duration {
+        Duration::from_nanos(self.claim_nanos.load(Ordering::Relaxed))
+    }
+
+    fn settle_time(&self) -> Duration {
+        Duration::from_nanos(self.settle_nanos.load(Ordering::Relaxed))
+    }
+}
+
+fn add_elapsed(counter: &AtomicU64, started: Instant) {
+    counter.fetch_add(u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
+}
+
+#[async_trait]
+impl OutboxDao for TimedOutbox {
+    async fn claim(&self, event_type: &str, limit: u32) -> oncebox_core::Result<ClaimedBatch> {
+        let started = Instant::now();
+        let batch = self.inner.claim(event_type, limit).await;
+        add_elapsed(&self.claim_nanos, started);
+        batch
+    }
+
+    async fn settle(
+        &self,
+        batch: &ClaimedBatch,
+        settlements: &[Settlement],
+    ) -> oncebox_core::Result<SettleReport> {
+        let started = Instant::now();
+        let report = self.inner.settle(batch, settlements).await;
+        add_elapsed(&self.settle_nanos, started);
+        self.settles.fetch_add(1, Ordering::Relaxed);
+        report
+    }
+
+    async fn recover_stuck(&self, older_than: Duration, limit: u32) -> oncebox_core::Result<u64> {
+        self.inner.recover_stuck(older_than, limit).await
+    }
+
+    async fn delete_processed(&self, older_than: Duration, limit: u32) -> oncebox_core::Result<u64> {
+        self.inner.delete_processed(older_than, limit).await
+    }
+
+    async fn get(&self, id: Uuid) -> oncebox_core::Result<Option<OutboxEvent>> {
+        self.inner.get(id).await
+    }
+
+    async fn counts(&self) -> oncebox_core::Result<OutboxCounts> {
+        self.inner.counts().await
+    }
+}
+
+/// Acknowledges every message and keeps nothing (the `--counting-sender` diagnostic).
+struct CountingSender;
+
+#[async_trait]
+impl Sender for CountingSender {
+    async fn send(&self, batch: &[OutboundMessage]) -> Vec<Result<(), SendError>> {
+        batch.iter().map(|_| Ok(())).collect()
+    }
+}
+
+/// Adds the time spent in `send` to a counter.
+struct TimedSender {
+    inner: Arc<dyn Sender>,
+    nanos: AtomicU64,
+}
+
+impl TimedSender {
+    fn new(inner: Arc<dyn Sender>) -> Self {
+        Self { inner, nanos: AtomicU64::new(0) }
+    }
+
+    fn time(&self) -> Duration {
+        Duration::from_nanos(self.nanos.load(Ordering::Relaxed))
+    }
+}
+
+#[async_trait]
+impl Sender for TimedSender {
+    async fn send(&self, batch: &[OutboundMessage]) -> Vec<Result<(), SendError>> {
+        let started = Instant::now();
+        let results = self.inner.send(batch).await;
+        add_elapsed(&self.nanos, started);
+        results
+    }
+
+    async fn flush(&self, timeout: Duration) -> oncebox_core::Result<()> {
+        self.inner.flush(timeout).await
+    }
+}
+
+/// `EXPLAIN (ANALYZE, BUFFERS)` of the first claim and its settle, for both the raw and the
+/// engine statements, on a fresh backlog, each pair in a transaction that is rolled back.
+async fn explain_claims(bench: &Bench, args: &Args) -> BenchResult<()> {
+    let pairs = [
+        ("raw", bench.raw_claim.clone(), bench.raw_settle.clone(), false),
+        ("engine", bench.sql(ENGINE_CLAIM), bench.sql(ENGINE_SETTLE), true),
+    ];
+    for (label, claim, settle, engine) in pairs {
+        bench.reset_backlog(args.events).await?;
+        let mut tx = bench.pool.begin().await?;
+        let token = Uuid::now_v7();
+        let lines: Vec<String> =
+            sqlx::query_scalar(AssertSqlSafe(format!("EXPLAIN (ANALYZE, BUFFERS) {claim}")))
+                .bind(EVENT_TYPE)
+                .bind(i64::from(args.batch_size))
+                .bind(token)
+                .fetch_all(&mut *tx)
+                .await?;
+        print_plan(&format!("{label} claim, first batch of a fresh backlog"), &lines);
+        let ids: Vec<Uuid> = sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT id FROM {} WHERE claim_token = $1",
+            bench.tables.events
+        )))
+        .bind(token)
+        .fetch_all(&mut *tx)
+        .await?;
+        let explain = AssertSqlSafe(format!("EXPLAIN (ANALYZE, BUFFERS) {settle}"));
+        let lines: Vec<String> = if engine {
+            let count = ids.len();
+            sqlx::query_scalar(explain)
+                .bind(token)
+                .bind(&ids)
+                .bind(vec!["PROCESSED"; count])
+                .bind(vec![0i64; count])
+                .bind(vec![None::<String>; count])
+                .fetch_all(&mut *tx)
+                .await?
+        } else {
+            sqlx::query_scalar(explain).bind(&ids).bind(token).fetch_all(&mut *tx).await?
+        };
+        print_plan(&format!("{label} settle of that batch"), &lines);
+        tx.rollback().await?;
+    }
+    Ok(())
+}
+
+fn print_plan(title: &str, lines: &[String]) {
+    println!("\n### EXPLAIN ANALYZE, {title}\n```");
+    for line in lines {
+        // A settle's filter spells out all 500 ids; the start of the line is what matters.
+        match line.char_indices().nth(160) {
+            Some((cut, _)) => println!("{} …", &line[..cut]),
+            None => println!("{line}"),
+        }
+    }
+    println!("```");
+}
+
+// ---- publish overhead -------------------------------------------------------------------------
+
+/// The single-publish variants, run interleaved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Variant {
+    /// The business insert alone.
+    BusinessOnly,
+    /// Plus a hand-written outbox insert.
+    HandWritten,
+    /// Plus the `PgWriter`'s own UNNEST statement (no NOTIFY), bound by hand.
+    HandWrittenUnnest,
+    /// Plus `Publisher::publish` (wake-ups on, the default).
+    Publish,
+    /// Plus `Publisher::publish` with wake-ups off (no NOTIFY).
+    PublishNoNotify,
+}
+
+const VARIANTS: [Variant; 5] = [
+    Variant::BusinessOnly,
+    Variant::HandWritten,
+    Variant::Publish,
+    Variant::PublishNoNotify,
+    Variant::HandWrittenUnnest,
+];
+
+impl Variant {
+    fn label(self) -> &'static str {
+        match self {
+            Variant::BusinessOnly => "A: business insert",
+            Variant::HandWritten => "B: A + hand-written outbox INSERT",
+            Variant::HandWrittenUnnest => "E: A + the PgWriter's UNNEST INSERT bound by hand",
+            Variant::Publish => "C: A + Publisher::publish (wake-ups on, default)",
+            Variant::PublishNoNotify => "D: A + Publisher::publish (wake-ups off)",
+        }
+    }
+}
+
+/// What the publish variants share.
+struct PublishContext {
+    business_insert: String,
+    outbox_insert: String,
+    writer_insert: String,
+    publisher: Publisher<PgWriter>,
+    quiet_publisher: Publisher<PgWriter>,
+}
+
+impl PublishContext {
+    async fn business_row(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+        payload: &BenchPayload,
+    ) -> BenchResult<()> {
+        sqlx::query(AssertSqlSafe(self.business_insert.clone()))
+            .bind(Uuid::now_v7())
+            .bind(&payload.customer)
+            .bind(i64::try_from(payload.order).unwrap_or(i64::MAX))
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
+    }
+
+    async fn run(
+        &self,
+        connection: &mut PgConnection,
+        variant: Variant,
+        order: u64,
+    ) -> BenchResult<Duration> {
+        let payload = BenchPayload::new(order);
+        let started = Instant::now();
+        let mut tx = Connection::begin(&mut *connection).await?;
+        self.business_row(&mut tx, &payload).await?;
+        match variant {
+            Variant::BusinessOnly => {}
+            Variant::HandWritten => {
+                let json = serde_json::to_string(&payload)?;
+                sqlx::query(AssertSqlSafe(self.outbox_insert.clone()))
+                    .bind(Uuid::now_v7())
+                    .bind(EVENT_TYPE)
+                    .bind(json)
+                    .bind(std::any::type_name::<BenchPayload>())
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            Variant::HandWrittenUnnest => {
+                let json = serde_json::to_string(&payload)?;
+                sqlx::query(AssertSqlSafe(self.writer_insert.clone()))
+                    .bind(vec![Uuid::now_v7()])
+                    .bind(vec![EVENT_TYPE])
+                    .bind(vec![json])
+                    .bind(vec![std::any::type_name::<BenchPayload>()])
+                    .bind(vec!["{}"])
+                    .bind(vec![None::<&str>])
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            Variant::Publish => {
+                self.publisher.publish(&mut tx, EVENT_TYPE, &payload).await?;
+            }
+            Variant::PublishNoNotify => {
+                self.quiet_publisher.publish(&mut tx, EVENT_TYPE, &payload).await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(started.elapsed())
+    }
+
+    async fn run_batch(
+        &self,
+        connection: &mut PgConnection,
+        batched: bool,
+        order: u64,
+    ) -> BenchResult<Duration> {
+        let payloads: Vec<BenchPayload> = (0..100).map(|index| BenchPayload::new(order + index)).collect();
+        let started = Instant::now();
+        let mut tx = Connection::begin(&mut *connection).await?;
+        if batched {
+            self.publisher.publish_all(&mut tx, EVENT_TYPE, &payloads).await?;
+        } else {
+            for payload in &payloads {
+                self.publisher.publish(&mut tx, EVENT_TYPE, payload).await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(started.elapsed())
+    }
+}
+
+async fn publish_phases(bench: &Bench, args: &Args) -> BenchResult<()> {
+    bench.execute(&format!("TRUNCATE {}", bench.tables.events)).await?;
+    bench.execute(&bench.sql(BUSINESS_TABLE)).await?;
+    bench.vacuum().await?;
+    let event_types = [EVENT_TYPE.to_owned()];
+    let context = PublishContext {
+        business_insert: bench.sql(BUSINESS_INSERT),
+        outbox_insert: bench.sql(OUTBOX_INSERT_ONE),
+        writer_insert: bench.sql(WRITER_INSERT),
+        publisher: Publisher::new(bench.dialect.writer(), event_types.clone()),
+        quiet_publisher: Publisher::new(bench.dialect.clone().with_wake_ups(false).writer(), event_types),
+    };
+    // One connection held for the whole phase, as a request handler holds one for its
+    // transaction: no pool hand-over or liveness ping inside the timings.
+    let mut connection = bench.pool.acquire().await?;
+    let iterations = args.iterations;
+    println!(
+        "\n## Publish overhead: {iterations} iterations per variant, interleaved (order rotated each round), after 50 warm-up rounds"
+    );
+    let mut order = 0u64;
+    let mut samples: Vec<Vec<Duration>> = vec![Vec::with_capacity(iterations); VARIANTS.len()];
+    for round in 0..(50 + iterations) {
+        for offset in 0..VARIANTS.len() {
+            let index = (round + offset) % VARIANTS.len();
+            let elapsed = context.run(&mut connection, VARIANTS[index], order).await?;
+            order += 1;
+            if round >= 50 {
+                samples[index].push(elapsed);
+            }
+        }
+    }
+    let summaries: Vec<Summary> = samples.iter().map(|s| Summary::of(s)).collect();
+    println!("\n| variant | n | mean ms | p50 ms | p99 ms |");
+    println!("|---|---:|---:|---:|---:|");
+    for (variant, summary) in VARIANTS.iter().zip(&summaries) {
+        println!(
+            "| {} | {} | {} | {} | {} |",
+            variant.label(),
+            summary.count,
+            millis(summary.mean),
+            millis(summary.p50),
+            millis(summary.p99)
+        );
+    }
+    let ratio = |a: usize, b: usize, pick: fn(&Summary) -> Duration| {
+        pick(&summaries[a]).as_secs_f64() / pick(&summaries[b]).as_secs_f64()
+    };
+    println!("\n| ratio | of means | of p50 |");
+    println!("|---|---:|---:|");
+    let pairs = [
+        ("B/A", 1, 0),
+        ("C/A", 2, 0),
+        ("C/B", 2, 1),
+        ("D/B", 3, 1),
+        ("E/B", 4, 1),
+        ("D/E", 3, 4),
+        ("C/D", 2, 3),
+    ];
+    for (label, a, b) in pairs {
+        println!("| {label} | {:.3} | {:.3} |", ratio(a, b, |s| s.mean), ratio(a, b, |s| s.p50));
+    }
+
+    let batch_iterations = args.batch_iterations;
+    println!(
+        "\n## Batch publish: 100 events in one transaction, {batch_iterations} iterations each, interleaved, after 5 warm-up rounds"
+    );
+    let mut batched = Vec::with_capacity(batch_iterations);
+    let mut singles = Vec::with_capacity(batch_iterations);
+    for round in 0..(5 + batch_iterations) {
+        let first_batched = round % 2 == 0;
+        for batched_run in [first_batched, !first_batched] {
+            let elapsed = context.run_batch(&mut connection, batched_run, order).await?;
+            order += 100;
+            if round >= 5 {
+                if batched_run { batched.push(elapsed) } else { singles.push(elapsed) }
+            }
+        }
+    }
+    let batched = Summary::of(&batched);
+    let singles = Summary::of(&singles);
+    println!("\n| variant | n | mean ms | p50 ms | p99 ms | µs per event (mean) |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for (label, summary) in [("publish_all(100)", batched), ("100 × publish", singles)] {
+        println!(
+            "| {label} | {} | {} | {} | {} | {:.1} |",
+            summary.count,
+            millis(summary.mean),
+            millis(summary.p50),
+            millis(summary.p99),
+            summary.mean.as_secs_f64() * 1e6 / 100.0
+        );
+    }
+    println!(
+        "\n100 × publish / publish_all(100): {:.2}× (means), {:.2}× (p50)",
+        singles.mean.as_secs_f64() / batched.mean.as_secs_f64(),
+        singles.p50.as_secs_f64() / batched.p50.as_secs_f64()
+    );
+    Ok(())
+}
