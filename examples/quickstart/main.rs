@@ -265,7 +265,6 @@ struct Tally {
     received: Mutex<HashSet<Uuid>>,
     applied: AtomicUsize,
     duplicates: AtomicUsize,
-    redelivered: Mutex<bool>,
 }
 
 impl Tally {
@@ -280,9 +279,7 @@ impl Tally {
         let first = self.received.lock().map(|mut ids| ids.insert(id) && ids.len() == 1).unwrap_or(false);
         let outcome = shop.ship(inbox, id, order).await?;
         self.count(&outcome);
-        if first
-            && !self.redelivered.lock().map(|mut done| std::mem::replace(&mut *done, true)).unwrap_or(true)
-        {
+        if first {
             let again = shop.ship(inbox, id, order).await?;
             self.count(&again);
         }

@@ -156,6 +156,18 @@ pub fn headers_from_json(id: Uuid, text: &str) -> Result<Headers, Error> {
     })
 }
 
+/// Longest `last_error` text stored per row, in characters.
+pub const LAST_ERROR_MAX_CHARS: usize = 1_000;
+
+/// The part of a failure text a dialect stores as `last_error`: at most
+/// [`LAST_ERROR_MAX_CHARS`] characters, cut on a character boundary.
+pub fn last_error_text(error: &str) -> &str {
+    match error.char_indices().nth(LAST_ERROR_MAX_CHARS) {
+        Some((cut, _)) => &error[..cut],
+        None => error,
+    }
+}
+
 /// What a [`Sender`](crate::Sender) delivers: one event, addressed and keyed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutboundMessage {
@@ -399,6 +411,13 @@ pub struct JobLease {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn failure_texts_are_cut_on_character_boundaries() {
+        assert_eq!(last_error_text("timeout"), "timeout");
+        let long = "é".repeat(LAST_ERROR_MAX_CHARS + 5);
+        assert_eq!(last_error_text(&long).chars().count(), LAST_ERROR_MAX_CHARS);
+    }
 
     #[test]
     fn statuses_round_trip_case_insensitively() {

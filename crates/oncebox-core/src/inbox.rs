@@ -156,14 +156,7 @@ impl<W> Inbox<W> {
         W: InboxWriter<Tx>,
         F: AsyncFnOnce(&mut Tx) -> Result<R, E>,
     {
-        if self.cached(id).await {
-            self.count(InboxOutcome::Duplicate, 1);
-            return Ok(Consumed::Duplicate);
-        }
-        let new = self.writer.record(tx, &self.consumer, id).await.map_err(ConsumeError::Inbox)?;
-        if !new {
-            self.cache.insert(&self.consumer, id).await;
-            self.count(InboxOutcome::Duplicate, 1);
+        if !self.record_in(tx, id).await.map_err(ConsumeError::Inbox)? {
             return Ok(Consumed::Duplicate);
         }
         match effect(tx).await {
@@ -192,9 +185,7 @@ impl<W> Inbox<W> {
             return Ok(false);
         }
         let new = self.writer.record(tx, &self.consumer, id).await?;
-        if new {
-            self.count(InboxOutcome::Consumed, 1);
-        } else {
+        if !new {
             self.cache.insert(&self.consumer, id).await;
             self.count(InboxOutcome::Duplicate, 1);
         }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use oncebox_core::event::OutboxCounts;
+use oncebox_core::event::{OutboxCounts, last_error_text};
 use oncebox_core::{ClaimedBatch, EventStatus, OutboxDao, OutboxEvent, Result, SettleReport, Settlement};
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -15,8 +15,6 @@ use crate::statements::Statements;
 use crate::time::{limit, micros};
 
 /// `last_error` keeps at most this many characters of a failure text.
-const LAST_ERROR_MAX_CHARS: usize = 1_000;
-
 /// [`OutboxDao`] for PostgreSQL. A claim is one `UPDATE … FROM (SELECT … FOR UPDATE SKIP LOCKED)`
 /// statement, so any number of instances claim from one table without ever sharing a row and
 /// without holding locks while the broker is called; a settle is one `UPDATE … FROM UNNEST(…)`
@@ -43,14 +41,6 @@ impl PgOutboxDao {
     }
 }
 
-/// Keeps the first [`LAST_ERROR_MAX_CHARS`] characters of a failure text.
-pub(crate) fn short_error(error: &str) -> String {
-    match error.char_indices().nth(LAST_ERROR_MAX_CHARS) {
-        Some((cut, _)) => error[..cut].to_owned(),
-        None => error.to_owned(),
-    }
-}
-
 /// The settle statement's parameter arrays, one element per settlement.
 struct SettleArrays {
     ids: Vec<Uuid>,
@@ -71,9 +61,11 @@ impl SettleArrays {
             let (status, delay, error) = match settlement {
                 Settlement::Processed { .. } => (EventStatus::Processed, 0, None),
                 Settlement::Retry { delay, error, .. } => {
-                    (EventStatus::Pending, micros(*delay), Some(short_error(error)))
+                    (EventStatus::Pending, micros(*delay), Some(last_error_text(error).to_owned()))
                 }
-                Settlement::Failed { error, .. } => (EventStatus::Failed, 0, Some(short_error(error))),
+                Settlement::Failed { error, .. } => {
+                    (EventStatus::Failed, 0, Some(last_error_text(error).to_owned()))
+                }
             };
             arrays.ids.push(settlement.id());
             arrays.statuses.push(status.as_str());
@@ -173,31 +165,5 @@ impl OutboxDao for PgOutboxDao {
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(OutboxCounts { by_type_and_status })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn failure_texts_are_cut_on_character_boundaries() {
-        assert_eq!(short_error("timeout"), "timeout");
-        let long = "é".repeat(LAST_ERROR_MAX_CHARS + 5);
-        assert_eq!(short_error(&long).chars().count(), LAST_ERROR_MAX_CHARS);
-    }
-
-    #[test]
-    fn settle_arrays_line_up() {
-        let id = Uuid::now_v7();
-        let arrays = SettleArrays::new(&[
-            Settlement::Processed { id },
-            Settlement::Retry { id, delay: Duration::from_millis(1500), error: "down".into() },
-            Settlement::Failed { id, error: "too large".into() },
-        ]);
-        assert_eq!(arrays.statuses, vec!["PROCESSED", "PENDING", "FAILED"]);
-        assert_eq!(arrays.delays, vec![0, 1_500_000, 0]);
-        assert_eq!(arrays.errors, vec![None, Some("down".into()), Some("too large".into())]);
-        assert_eq!(arrays.ids.len(), 3);
     }
 }

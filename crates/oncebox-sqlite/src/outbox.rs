@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use oncebox_core::event::OutboxCounts;
+use oncebox_core::event::{OutboxCounts, last_error_text};
 use oncebox_core::{
     ClaimedBatch, Error, ErrorKind, OutboxDao, OutboxEvent, Result, SettleReport, Settlement,
 };
@@ -17,8 +17,6 @@ use crate::statements::Statements;
 use crate::time::{earlier_by, later_by};
 
 /// `last_error` keeps at most this many characters of a failure text.
-const LAST_ERROR_MAX_CHARS: usize = 1_000;
-
 /// [`OutboxDao`] for SQLite. Claims run in `BEGIN IMMEDIATE` transactions: SQLite has one writer at
 /// a time, so a claim holds the write lock from its first read and no two claimers see the same row.
 #[derive(Clone)]
@@ -40,14 +38,6 @@ impl SqliteOutboxDao {
 
     fn table(&self) -> &str {
         &self.statements.tables.events
-    }
-}
-
-/// Keeps the first [`LAST_ERROR_MAX_CHARS`] characters of a failure text.
-pub(crate) fn short_error(error: &str) -> String {
-    match error.char_indices().nth(LAST_ERROR_MAX_CHARS) {
-        Some((cut, _)) => error[..cut].to_owned(),
-        None => error.to_owned(),
     }
 }
 
@@ -109,11 +99,11 @@ impl OutboxDao for SqliteOutboxDao {
                     .bind(id.hyphenated())
                     .bind(token)
                     .bind(later_by(*delay))
-                    .bind(short_error(error)),
+                    .bind(last_error_text(error).to_owned()),
                 Settlement::Failed { id, error } => sqlx::query(self.statements.settle_failed.clone())
                     .bind(id.hyphenated())
                     .bind(token)
-                    .bind(short_error(error)),
+                    .bind(last_error_text(error).to_owned()),
             };
             settled += query.execute(&mut *tx).await.context(&context)?.rows_affected();
         }
@@ -175,17 +165,5 @@ impl OutboxDao for SqliteOutboxDao {
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(OutboxCounts { by_type_and_status })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn failure_texts_are_cut_on_character_boundaries() {
-        assert_eq!(short_error("timeout"), "timeout");
-        let long = "é".repeat(LAST_ERROR_MAX_CHARS + 5);
-        assert_eq!(short_error(&long).chars().count(), LAST_ERROR_MAX_CHARS);
     }
 }

@@ -36,21 +36,6 @@ pub(crate) trait TaskBody: Send + Sync {
     async fn run_once(&self) -> Result<RunOutcome>;
 }
 
-/// Longest `last_error` text kept per row.
-const MAX_ERROR_LEN: usize = 1000;
-
-fn short_error(error: &SendError) -> String {
-    let mut text = error.to_string();
-    if text.len() > MAX_ERROR_LEN {
-        let mut cut = MAX_ERROR_LEN;
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        text.truncate(cut);
-    }
-    text
-}
-
 /// Claims, sends and settles batches of one event type.
 pub(crate) struct EventPoller {
     pub(crate) event_type: String,
@@ -119,11 +104,11 @@ impl EventPoller {
                     match decide(attempts, self.config.max_retries, &self.config.backoff) {
                         RetryDecision::RetryAfter(delay) => {
                             counts[1] += 1;
-                            Settlement::Retry { id: event.id, delay, error: short_error(&error) }
+                            Settlement::Retry { id: event.id, delay, error: error.to_string() }
                         }
                         RetryDecision::GiveUp => {
                             counts[2] += 1;
-                            Settlement::Failed { id: event.id, error: short_error(&error) }
+                            Settlement::Failed { id: event.id, error: error.to_string() }
                         }
                     }
                 }
