@@ -71,6 +71,10 @@ pub use oncebox_sqlite as sqlite;
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use oncebox_postgres as postgres;
 
+/// The Kafka transport.
+#[cfg(feature = "kafka")]
+#[cfg_attr(docsrs, doc(cfg(feature = "kafka")))]
+pub use oncebox_kafka as kafka;
 /// The RabbitMQ transport (lapin): sender with publisher confirms and the inbox listener.
 #[cfg(feature = "rabbit")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rabbit")))]

@@ -1,0 +1,569 @@
+//! Producer and consumer settings: ours, the user's pass-through `oncebox.kafka.*` properties, and
+//! the checks that keep the two from undermining the delivery guarantee.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use oncebox_core::{Error, Result};
+use rdkafka::ClientConfig;
+use serde::Deserialize;
+
+/// Default bound on one batch, the same as the default of `oncebox.outbox.sender.emergency-timeout`.
+pub const DEFAULT_EMERGENCY_TIMEOUT: Duration = Duration::from_secs(120);
+/// Default first wait before a failed handler runs again.
+pub const DEFAULT_RETRY_MIN: Duration = Duration::from_millis(200);
+/// Default longest wait between two runs of a failing handler.
+pub const DEFAULT_RETRY_MAX: Duration = Duration::from_secs(30);
+/// Default wait for the message in hand at shutdown.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+/// Producer properties the sender sets itself; the user may not replace them through
+/// pass-through properties because the sender's guarantees depend on them.
+const OWNED_PRODUCER_KEYS: &[&str] = &["bootstrap.servers", "metadata.broker.list"];
+/// Consumer properties the listener sets itself.
+const OWNED_CONSUMER_KEYS: &[&str] = &["bootstrap.servers", "metadata.broker.list", "group.id"];
+
+/// Properties whose values `Debug` and log lines never show.
+fn is_secret(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    ["password", "secret", "sasl.oauthbearer.config", "ssl.key.pem", "ssl_key"]
+        .iter()
+        .any(|part| key.contains(part))
+}
+
+/// The properties with secret values replaced by `***`.
+fn redacted(properties: &BTreeMap<String, String>) -> BTreeMap<&str, &str> {
+    properties
+        .iter()
+        .map(|(key, value)| (key.as_str(), if is_secret(key) { "***" } else { value.as_str() }))
+        .collect()
+}
+
+/// How a [`KafkaSender`](crate::KafkaSender) reaches the cluster.
+///
+/// Defaults: `acks=all`, `enable.idempotence=true`, `message.timeout.ms` = the emergency timeout.
+/// Any other librdkafka producer property passes through with
+/// [`with_producer_property`](Self::with_producer_property) (or `oncebox.kafka.producer.*` in a
+/// file). `Debug` hides passwords and keys.
+#[derive(Clone, PartialEq, Eq)]
+pub struct KafkaSenderConfig {
+    pub(crate) bootstrap_servers: String,
+    pub(crate) emergency_timeout: Duration,
+    pub(crate) properties: BTreeMap<String, String>,
+}
+
+impl fmt::Debug for KafkaSenderConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KafkaSenderConfig")
+            .field("bootstrap_servers", &self.bootstrap_servers)
+            .field("emergency_timeout", &self.emergency_timeout)
+            .field("properties", &redacted(&self.properties))
+            .finish()
+    }
+}
+
+impl KafkaSenderConfig {
+    /// Settings for the cluster at `bootstrap_servers` (`host:port[,host:port…]`; a leading
+    /// `kafka://` is accepted) with a 120 s emergency timeout.
+    pub fn new(bootstrap_servers: impl Into<String>) -> Self {
+        Self {
+            bootstrap_servers: strip_scheme(bootstrap_servers.into()),
+            emergency_timeout: DEFAULT_EMERGENCY_TIMEOUT,
+            properties: BTreeMap::new(),
+        }
+    }
+
+    /// Reads `oncebox.kafka` from a YAML document (other keys of the document are ignored):
+    /// `bootstrap-servers`, optional `emergency-timeout` (humantime) and `producer` (a map of
+    /// librdkafka properties).
+    pub fn from_yaml_str(text: &str) -> Result<Self> {
+        Self::from_section(KafkaSection::from_yaml_str(text)?)
+    }
+
+    /// Reads `[oncebox.kafka]` from a TOML document, with the keys of [`from_yaml_str`](Self::from_yaml_str).
+    pub fn from_toml_str(text: &str) -> Result<Self> {
+        Self::from_section(KafkaSection::from_toml_str(text)?)
+    }
+
+    fn from_section(section: KafkaSection) -> Result<Self> {
+        let mut config = Self::new(section.bootstrap_servers()?);
+        if let Some(timeout) = section.emergency_timeout()? {
+            config = config.with_emergency_timeout(timeout);
+        }
+        config.properties = section.producer;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Bounds one `send` call; also becomes `message.timeout.ms`, so librdkafka gives a record up
+    /// no later than the batch is settled as failed and a late delivery report can never be counted.
+    /// Pass the engine's `oncebox.outbox.sender.emergency-timeout` (`OutboxConfig::emergency_timeout`).
+    #[must_use]
+    pub fn with_emergency_timeout(mut self, timeout: Duration) -> Self {
+        self.emergency_timeout = timeout;
+        self
+    }
+
+    /// A librdkafka producer property (`linger.ms`, `compression.type`, `security.protocol`, …),
+    /// applied over the defaults.
+    #[must_use]
+    pub fn with_producer_property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.properties.insert(key.into(), value.into());
+        self
+    }
+
+    /// The bootstrap servers.
+    pub fn bootstrap_servers(&self) -> &str {
+        &self.bootstrap_servers
+    }
+
+    /// The bound on one batch.
+    pub fn emergency_timeout(&self) -> Duration {
+        self.emergency_timeout
+    }
+
+    /// Checks the settings once, naming the offending key.
+    pub fn validate(&self) -> Result<()> {
+        if self.bootstrap_servers.trim().is_empty() {
+            return Err(Error::config("kafka.bootstrap-servers", "must name at least one host:port"));
+        }
+        if self.emergency_timeout < Duration::from_millis(1) {
+            return Err(Error::config("kafka.emergency-timeout", "must be at least 1ms"));
+        }
+        let limit = self.emergency_timeout.as_millis();
+        for key in self.properties.keys() {
+            if OWNED_PRODUCER_KEYS.contains(&key.as_str()) {
+                return Err(Error::config(
+                    format!("kafka.producer.{key}"),
+                    "is set by oncebox; use kafka.bootstrap-servers",
+                ));
+            }
+        }
+        for key in ["message.timeout.ms", "delivery.timeout.ms"] {
+            if let Some(value) = self.properties.get(key) {
+                let millis: u128 = value.trim().parse().map_err(|_| {
+                    Error::config(format!("kafka.producer.{key}"), format!("'{value}' is not a number"))
+                })?;
+                if millis == 0 || millis > limit {
+                    return Err(Error::config(
+                        format!("kafka.producer.{key}"),
+                        format!(
+                            "{millis} must be between 1 and the emergency timeout ({limit} ms), or a \
+                             record could be delivered after its batch was settled as failed"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Overrides that weaken delivery, for the warning at start.
+    pub(crate) fn weakened_settings(&self) -> Vec<String> {
+        let mut weakened = Vec::new();
+        let value = |key: &str| self.properties.get(key).map(|value| value.trim().to_ascii_lowercase());
+        for key in ["acks", "request.required.acks"] {
+            if let Some(acks) = value(key)
+                && acks != "all"
+                && acks != "-1"
+            {
+                weakened.push(format!("{key}={acks} (a broker failure can lose acknowledged events)"));
+            }
+        }
+        if let Some(idempotence) = value("enable.idempotence")
+            && idempotence != "true"
+        {
+            weakened.push(format!(
+                "enable.idempotence={idempotence} (retries can reorder and duplicate records of a key)"
+            ));
+        }
+        weakened
+    }
+
+    /// The librdkafka configuration: our defaults, then the pass-through properties.
+    pub(crate) fn client_config(&self) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", &self.bootstrap_servers)
+            .set("acks", "all")
+            .set("enable.idempotence", "true")
+            .set("message.timeout.ms", self.emergency_timeout.as_millis().to_string())
+            .set("client.id", "oncebox-kafka-sender");
+        for (key, value) in &self.properties {
+            config.set(key, value);
+        }
+        config
+    }
+}
+
+/// Where and how a [`KafkaListener`](crate::KafkaListener) consumes.
+///
+/// Offsets are committed by the listener itself, one per message after its handler succeeded, so
+/// `enable.auto.commit=true` is refused. `Debug` hides passwords and keys.
+#[derive(Clone, PartialEq, Eq)]
+pub struct KafkaListenerConfig {
+    pub(crate) bootstrap_servers: String,
+    pub(crate) group_id: String,
+    pub(crate) topics: Vec<String>,
+    pub(crate) properties: BTreeMap<String, String>,
+    pub(crate) dead_letter_topic: Option<String>,
+    pub(crate) retry_min: Duration,
+    pub(crate) retry_max: Duration,
+    pub(crate) max_attempts: Option<u32>,
+    pub(crate) shutdown_grace: Duration,
+}
+
+impl fmt::Debug for KafkaListenerConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KafkaListenerConfig")
+            .field("bootstrap_servers", &self.bootstrap_servers)
+            .field("group_id", &self.group_id)
+            .field("topics", &self.topics)
+            .field("properties", &redacted(&self.properties))
+            .field("dead_letter_topic", &self.dead_letter_topic)
+            .field("retry_min", &self.retry_min)
+            .field("retry_max", &self.retry_max)
+            .field("max_attempts", &self.max_attempts)
+            .field("shutdown_grace", &self.shutdown_grace)
+            .finish()
+    }
+}
+
+impl KafkaListenerConfig {
+    /// Consume `topics` in consumer group `group_id` from the cluster at `bootstrap_servers`,
+    /// starting at the earliest offset when the group has none, retrying a failing handler after
+    /// 200 ms doubling up to 30 s without limit, stopping a partition at a poison message (no
+    /// dead-letter topic), 30 s shutdown grace.
+    pub fn new(
+        bootstrap_servers: impl Into<String>,
+        group_id: impl Into<String>,
+        topics: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Self {
+        Self {
+            bootstrap_servers: strip_scheme(bootstrap_servers.into()),
+            group_id: group_id.into(),
+            topics: topics.into_iter().map(Into::into).collect(),
+            properties: BTreeMap::new(),
+            dead_letter_topic: None,
+            retry_min: DEFAULT_RETRY_MIN,
+            retry_max: DEFAULT_RETRY_MAX,
+            max_attempts: None,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+        }
+    }
+
+    /// Reads `oncebox.kafka` from a YAML document: `bootstrap-servers` and `consumer` (a map of
+    /// librdkafka properties); the group and topics are arguments.
+    pub fn from_yaml_str(
+        text: &str,
+        group_id: impl Into<String>,
+        topics: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Result<Self> {
+        let section = KafkaSection::from_yaml_str(text)?;
+        let mut config = Self::new(section.bootstrap_servers()?, group_id, topics);
+        config.properties = section.consumer;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// A librdkafka consumer property (`session.timeout.ms`, `auto.offset.reset`, …).
+    #[must_use]
+    pub fn with_consumer_property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.properties.insert(key.into(), value.into());
+        self
+    }
+
+    /// Poison messages (and, with [`with_max_attempts`](Self::with_max_attempts), messages whose
+    /// handler keeps failing) are produced to `topic`, then committed. Without a dead-letter topic
+    /// the listener stops consuming that partition instead, so nothing is committed unhandled.
+    #[must_use]
+    pub fn with_dead_letter_topic(mut self, topic: impl Into<String>) -> Self {
+        self.dead_letter_topic = Some(topic.into());
+        self
+    }
+
+    /// Waits between runs of a failing handler: `min`, doubling per failure, up to `max`.
+    #[must_use]
+    pub fn with_retry_backoff(mut self, min: Duration, max: Duration) -> Self {
+        self.retry_min = min;
+        self.retry_max = max;
+        self
+    }
+
+    /// Runs of a failing handler (the first included) before the message is treated as poison.
+    /// Without it a failing handler is retried until it succeeds, holding back its partition.
+    #[must_use]
+    pub fn with_max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = Some(attempts);
+        self
+    }
+
+    /// How long [`KafkaListener::run`](crate::KafkaListener::run) waits, after shutdown was
+    /// requested, for the message in hand.
+    #[must_use]
+    pub fn with_shutdown_grace(mut self, grace: Duration) -> Self {
+        self.shutdown_grace = grace;
+        self
+    }
+
+    /// The consumer group.
+    pub fn group_id(&self) -> &str {
+        &self.group_id
+    }
+
+    /// Checks the settings once, naming the offending key.
+    pub fn validate(&self) -> Result<()> {
+        if self.bootstrap_servers.trim().is_empty() {
+            return Err(Error::config("kafka.bootstrap-servers", "must name at least one host:port"));
+        }
+        if self.group_id.trim().is_empty() {
+            return Err(Error::config("kafka.listener.group-id", "must not be empty"));
+        }
+        if self.topics.is_empty() || self.topics.iter().any(|topic| topic.trim().is_empty()) {
+            return Err(Error::config("kafka.listener.topics", "must name at least one non-empty topic"));
+        }
+        if self.dead_letter_topic.as_deref().is_some_and(|topic| self.topics.iter().any(|t| t == topic)) {
+            return Err(Error::config(
+                "kafka.listener.dead-letter-topic",
+                "must differ from the consumed topics, or a poison message would come back forever",
+            ));
+        }
+        for key in self.properties.keys() {
+            if OWNED_CONSUMER_KEYS.contains(&key.as_str()) {
+                return Err(Error::config(
+                    format!("kafka.consumer.{key}"),
+                    "is set by oncebox; use kafka.bootstrap-servers and the listener's group id",
+                ));
+            }
+        }
+        if let Some(value) = self.properties.get("enable.auto.commit")
+            && value.trim().eq_ignore_ascii_case("true")
+        {
+            return Err(Error::config(
+                "kafka.consumer.enable.auto.commit",
+                "must not be true: auto-commit commits offsets of messages whose handler has not run or \
+                 failed, so a crash would lose them; the listener commits each offset itself after the \
+                 handler succeeded",
+            ));
+        }
+        if self.retry_min.is_zero() || self.retry_min > self.retry_max {
+            return Err(Error::config(
+                "kafka.listener.retry-backoff",
+                format!("min {:?} must be above zero and not above max {:?}", self.retry_min, self.retry_max),
+            ));
+        }
+        if self.max_attempts == Some(0) {
+            return Err(Error::config("kafka.listener.max-attempts", "must be at least 1"));
+        }
+        Ok(())
+    }
+
+    /// The wait before run `attempt + 1` after `attempt` failed runs.
+    pub(crate) fn retry_delay(&self, attempt: u32) -> Duration {
+        let factor = 2u32.saturating_pow(attempt.saturating_sub(1).min(20));
+        self.retry_min.saturating_mul(factor).min(self.retry_max)
+    }
+
+    pub(crate) fn client_config(&self) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", &self.bootstrap_servers)
+            .set("group.id", &self.group_id)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("enable.partition.eof", "false")
+            .set("client.id", "oncebox-kafka-listener");
+        for (key, value) in &self.properties {
+            config.set(key, value);
+        }
+        config
+    }
+
+    /// The producer for the dead-letter topic: acknowledged and idempotent, like the sender's.
+    pub(crate) fn dead_letter_producer_config(&self) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", &self.bootstrap_servers)
+            .set("acks", "all")
+            .set("enable.idempotence", "true")
+            .set("message.timeout.ms", "30000")
+            .set("client.id", "oncebox-kafka-dead-letter");
+        config
+    }
+}
+
+fn strip_scheme(servers: String) -> String {
+    servers.strip_prefix("kafka://").map(str::to_owned).unwrap_or(servers)
+}
+
+/// `oncebox.kafka` of a configuration file. Scalars of any type become property strings.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct KafkaSection {
+    bootstrap_servers: Option<String>,
+    emergency_timeout: Option<String>,
+    #[serde(default, deserialize_with = "properties")]
+    producer: BTreeMap<String, String>,
+    #[serde(default, deserialize_with = "properties")]
+    consumer: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct FileRoot {
+    #[serde(default)]
+    oncebox: OnceboxRoot,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct OnceboxRoot {
+    kafka: Option<KafkaSection>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Scalar {
+    Text(String),
+    Integer(i64),
+    Float(f64),
+    Flag(bool),
+}
+
+fn properties<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<BTreeMap<String, String>, D::Error> {
+    let raw = BTreeMap::<String, Scalar>::deserialize(deserializer)?;
+    Ok(raw
+        .into_iter()
+        .map(|(key, value)| {
+            let text = match value {
+                Scalar::Text(text) => text,
+                Scalar::Integer(number) => number.to_string(),
+                Scalar::Float(number) => number.to_string(),
+                Scalar::Flag(flag) => flag.to_string(),
+            };
+            (key, text)
+        })
+        .collect())
+}
+
+impl KafkaSection {
+    fn from_yaml_str(text: &str) -> Result<Self> {
+        let root: FileRoot = serde_norway::from_str(text)
+            .map_err(|error| Error::config("oncebox.kafka", error.to_string()))?;
+        root.oncebox.kafka.ok_or_else(|| Error::config("oncebox.kafka", "the section is missing"))
+    }
+
+    fn from_toml_str(text: &str) -> Result<Self> {
+        let root: FileRoot =
+            toml::from_str(text).map_err(|error| Error::config("oncebox.kafka", error.to_string()))?;
+        root.oncebox.kafka.ok_or_else(|| Error::config("oncebox.kafka", "the section is missing"))
+    }
+
+    fn bootstrap_servers(&self) -> Result<String> {
+        self.bootstrap_servers
+            .clone()
+            .ok_or_else(|| Error::config("oncebox.kafka.bootstrap-servers", "is required"))
+    }
+
+    fn emergency_timeout(&self) -> Result<Option<Duration>> {
+        self.emergency_timeout
+            .as_deref()
+            .map(|text| {
+                humantime::parse_duration(text.trim()).map_err(|error| {
+                    Error::config("oncebox.kafka.emergency-timeout", format!("'{text}': {error}"))
+                })
+            })
+            .transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problem(result: Result<impl fmt::Debug>) -> String {
+        result.err().map(|error| error.to_string()).unwrap_or_default()
+    }
+
+    #[test]
+    fn defaults_are_acknowledged_and_idempotent() {
+        let config = KafkaSenderConfig::new("kafka://127.0.0.1:9092")
+            .with_emergency_timeout(Duration::from_secs(7))
+            .client_config();
+        assert_eq!(config.get("bootstrap.servers"), Some("127.0.0.1:9092"));
+        assert_eq!(config.get("acks"), Some("all"));
+        assert_eq!(config.get("enable.idempotence"), Some("true"));
+        assert_eq!(config.get("message.timeout.ms"), Some("7000"));
+    }
+
+    #[test]
+    fn weaker_overrides_are_reported_and_strong_ones_are_not() {
+        let weak = KafkaSenderConfig::new("h:1")
+            .with_producer_property("acks", "1")
+            .with_producer_property("enable.idempotence", "false");
+        let reported = weak.weakened_settings();
+        assert_eq!(reported.len(), 2, "{reported:?}");
+        assert!(reported[0].starts_with("acks=1"));
+        let strong = KafkaSenderConfig::new("h:1").with_producer_property("acks", "-1");
+        assert!(strong.weakened_settings().is_empty());
+        assert_eq!(strong.client_config().get("acks"), Some("-1"));
+    }
+
+    #[test]
+    fn a_message_timeout_beyond_the_emergency_timeout_is_refused() {
+        let config = KafkaSenderConfig::new("h:1")
+            .with_emergency_timeout(Duration::from_secs(10))
+            .with_producer_property("message.timeout.ms", "60000");
+        assert!(problem(config.validate().map(|_| ())).contains("kafka.producer.message.timeout.ms"));
+        let config = KafkaSenderConfig::new("h:1").with_producer_property("bootstrap.servers", "x:1");
+        assert!(problem(config.validate().map(|_| ())).contains("kafka.producer.bootstrap.servers"));
+    }
+
+    #[test]
+    fn auto_commit_is_refused_with_the_reason() {
+        let config = KafkaListenerConfig::new("h:1", "billing", ["orders"])
+            .with_consumer_property("enable.auto.commit", "TRUE");
+        let text = problem(config.validate().map(|_| ()));
+        assert!(
+            text.contains("kafka.consumer.enable.auto.commit") && text.contains("after the handler"),
+            "{text}"
+        );
+        let config = KafkaListenerConfig::new("h:1", "billing", ["orders"]).with_dead_letter_topic("orders");
+        assert!(problem(config.validate().map(|_| ())).contains("dead-letter-topic"));
+        let config = KafkaListenerConfig::new("h:1", "billing", Vec::<String>::new());
+        assert!(problem(config.validate().map(|_| ())).contains("kafka.listener.topics"));
+    }
+
+    #[test]
+    fn retry_delay_doubles_up_to_the_cap() {
+        let config = KafkaListenerConfig::new("h:1", "g", ["t"])
+            .with_retry_backoff(Duration::from_millis(100), Duration::from_millis(350));
+        let delays: Vec<Duration> = (1..5).map(|attempt| config.retry_delay(attempt)).collect();
+        assert_eq!(delays, [100, 200, 350, 350].map(Duration::from_millis));
+    }
+
+    #[test]
+    fn the_file_section_passes_properties_through() -> Result<()> {
+        let yaml = "oncebox:\n  outbox:\n    events: {}\n  kafka:\n    bootstrap-servers: kafka://b:9092\n    emergency-timeout: 30s\n    producer:\n      linger.ms: 20\n      compression.type: lz4\n      sasl.password: hunter2\n    consumer:\n      session.timeout.ms: 10000\n";
+        let sender = KafkaSenderConfig::from_yaml_str(yaml)?;
+        assert_eq!(sender.bootstrap_servers(), "b:9092");
+        assert_eq!(sender.emergency_timeout(), Duration::from_secs(30));
+        let client = sender.client_config();
+        assert_eq!(client.get("linger.ms"), Some("20"));
+        assert_eq!(client.get("compression.type"), Some("lz4"));
+        assert!(!format!("{sender:?}").contains("hunter2"));
+        let listener = KafkaListenerConfig::from_yaml_str(yaml, "billing", ["orders"])?;
+        assert_eq!(listener.client_config().get("session.timeout.ms"), Some("10000"));
+        assert_eq!(listener.client_config().get("enable.auto.commit"), Some("false"));
+        let toml =
+            "[oncebox.kafka]\nbootstrap-servers = \"b:9092\"\n[oncebox.kafka.producer]\n\"linger.ms\" = 5\n";
+        assert_eq!(KafkaSenderConfig::from_toml_str(toml)?.client_config().get("linger.ms"), Some("5"));
+        let typo = "oncebox:\n  kafka:\n    bootstrap-server: b:1\n";
+        assert!(problem(KafkaSenderConfig::from_yaml_str(typo)).contains("bootstrap-server"));
+        let bad = "oncebox:\n  kafka:\n    bootstrap-servers: b:1\n    emergency-timeout: soon\n";
+        assert!(problem(KafkaSenderConfig::from_yaml_str(bad)).contains("oncebox.kafka.emergency-timeout"));
+        Ok(())
+    }
+}

@@ -1,0 +1,752 @@
+//! [`KafkaListener`]: a consumer-group loop that hands each record to a typed handler, usually
+//! through an [`Inbox`], and commits a record's offset only after its handler succeeded.
+//!
+//! What happens to a record:
+//! * handler succeeded, or the inbox says the event was consumed before → its offset is committed;
+//! * handler failed → nothing is committed; the partition is paused, rewound to the record and
+//!   resumed after a backoff, so the record runs again (other partitions keep flowing). With
+//!   [`max_attempts`](KafkaListenerConfig::with_max_attempts) the record is treated as poison once
+//!   the attempts are used up;
+//! * poison (missing or malformed `oncebox_event_id`, no `oncebox_event_type`, no handler for the
+//!   type, a payload the handler's type cannot decode) → logged and counted, then produced to the
+//!   dead-letter topic and committed when one is configured; otherwise the partition stops (is
+//!   paused) at that record until the listener restarts or the group rebalances. Never committed
+//!   silently.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use oncebox_core::event::{HEADER_EVENT_ID, HEADER_EVENT_TYPE, HEADER_PAYLOAD_TYPE};
+use oncebox_core::{ConsumeError, Consumed, Error, ErrorKind, Headers, Inbox, Result};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
+use rdkafka::message::{Header, Headers as _, Message, OwnedHeaders, OwnedMessage};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use serde::de::DeserializeOwned;
+use tokio::sync::{broadcast, watch};
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use crate::config::KafkaListenerConfig;
+use crate::error::{consumer_error, creation_error, produce_error};
+
+/// Header naming why a record was dead-lettered.
+pub const HEADER_DEAD_LETTER_REASON: &str = "oncebox_dead_letter_reason";
+/// Header naming the topic, partition and offset a dead-lettered record came from (`topic/partition/offset`).
+pub const HEADER_DEAD_LETTER_SOURCE: &str = "oncebox_dead_letter_source";
+/// Pause after a consumer error before polling again, so a broken connection is not spun on.
+const CONSUMER_ERROR_PAUSE: Duration = Duration::from_millis(100);
+/// Bound on producing one record to the dead-letter topic.
+/// Bound on rewinding a resumed partition (a blocking librdkafka call).
+const SEEK_TIMEOUT: Duration = Duration::from_secs(5);
+const DEAD_LETTER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A record as a handler receives it: the decoded `oncebox_*` headers, where it came from, and the
+/// typed payload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KafkaEvent<T> {
+    /// The event id (`oncebox_event_id`): the inbox key.
+    pub id: Uuid,
+    /// The event type (`oncebox_event_type`): selects the handler.
+    pub event_type: String,
+    /// The payload type name (`oncebox_payload_type`), when present.
+    pub payload_type: Option<String>,
+    /// Every other header with a UTF-8 value (trace context, correlation id, user headers).
+    pub headers: Headers,
+    /// The record key, when it is UTF-8.
+    pub key: Option<String>,
+    /// Topic of the record.
+    pub topic: String,
+    /// Partition of the record.
+    pub partition: i32,
+    /// Offset of the record.
+    pub offset: i64,
+    /// The payload, decoded.
+    pub payload: T,
+}
+
+/// What the listener did with one record, for logs, metrics and tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KafkaOutcome {
+    /// The handler ran and succeeded; the offset was committed.
+    Applied {
+        /// Event id.
+        id: Uuid,
+    },
+    /// The inbox had the event already; the offset was committed without running the effect.
+    Duplicate {
+        /// Event id.
+        id: Uuid,
+    },
+    /// The handler failed; the record runs again after `retry_in`, nothing was committed.
+    Retrying {
+        /// Event id.
+        id: Uuid,
+        /// Failed runs so far.
+        attempts: u32,
+        /// The wait before the next run.
+        retry_in: Duration,
+        /// The handler's error.
+        error: String,
+    },
+    /// A poison record was produced to the dead-letter topic, then its offset committed.
+    DeadLettered {
+        /// Event id, when it could be decoded.
+        id: Option<Uuid>,
+        /// The dead-letter topic.
+        topic: String,
+        /// Why the record is poison.
+        reason: String,
+    },
+    /// A poison record stopped its partition: nothing after it is consumed or committed until the
+    /// listener restarts or the group rebalances.
+    PartitionStopped {
+        /// Event id, when it could be decoded.
+        id: Option<Uuid>,
+        /// Topic of the record.
+        topic: String,
+        /// Partition that stopped.
+        partition: i32,
+        /// Offset of the poison record.
+        offset: i64,
+        /// Why the record is poison.
+        reason: String,
+    },
+}
+
+/// A failure a handler reports: poison goes to the dead-letter topic (or stops the partition),
+/// anything else is retried.
+#[derive(Debug)]
+enum HandlerFailure {
+    Poison(Error),
+    Failed(Error),
+}
+
+type HandlerFuture = Pin<Box<dyn Future<Output = Result<Consumed<()>, HandlerFailure>> + Send>>;
+type Handler = Arc<dyn Fn(KafkaEvent<Vec<u8>>) -> HandlerFuture + Send + Sync>;
+
+/// Decodes the JSON payload of `event` as `T`; a payload that does not fit is poison.
+fn typed<T: DeserializeOwned>(event: KafkaEvent<Vec<u8>>) -> Result<KafkaEvent<T>, HandlerFailure> {
+    match serde_json::from_slice::<T>(&event.payload) {
+        Ok(payload) => Ok(KafkaEvent {
+            id: event.id,
+            event_type: event.event_type,
+            payload_type: event.payload_type,
+            headers: event.headers,
+            key: event.key,
+            topic: event.topic,
+            partition: event.partition,
+            offset: event.offset,
+            payload,
+        }),
+        Err(error) => {
+            let text = format!(
+                "the payload of event {} ({}) does not decode as {}: {error}",
+                event.id,
+                event.event_type,
+                std::any::type_name::<T>()
+            );
+            Err(HandlerFailure::Poison(Error::new(ErrorKind::Decode, text).with_source(error)))
+        }
+    }
+}
+
+/// Builds a [`KafkaListener`]: one typed handler per event type.
+pub struct KafkaListenerBuilder {
+    config: KafkaListenerConfig,
+    handlers: HashMap<String, Handler>,
+}
+
+impl KafkaListenerBuilder {
+    /// Handles `event_type` with `handler`, which receives the payload decoded as `T` (JSON) and
+    /// is responsible for idempotency itself, typically by recording the id through the dialect's
+    /// `InboxWriter` in the transaction of its effect. Return `Ok(Consumed::Duplicate)` when the
+    /// inbox skipped the effect.
+    #[must_use]
+    pub fn on<T, F, Fut>(mut self, event_type: impl Into<String>, handler: F) -> Self
+    where
+        T: DeserializeOwned + Send + 'static,
+        F: Fn(KafkaEvent<T>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Consumed<()>>> + Send + 'static,
+    {
+        let handler = Arc::new(handler);
+        let erased: Handler = Arc::new(move |raw: KafkaEvent<Vec<u8>>| -> HandlerFuture {
+            let handler = Arc::clone(&handler);
+            Box::pin(async move { handler(typed::<T>(raw)?).await.map_err(HandlerFailure::Failed) })
+        });
+        self.handlers.insert(event_type.into(), erased);
+        self
+    }
+
+    /// Handles `event_type` through `inbox` with [`Inbox::consume_once`]: the id is recorded,
+    /// then `effect` runs; a redelivered record is committed without running it again, and a
+    /// failed effect removes the record of the id so the retry runs it.
+    #[must_use]
+    pub fn on_once<T, W, F, Fut>(self, event_type: impl Into<String>, inbox: Inbox<W>, effect: F) -> Self
+    where
+        T: DeserializeOwned + Send + Sync + 'static,
+        W: Send + Sync + 'static,
+        F: Fn(KafkaEvent<T>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<()>> + Send + 'static,
+    {
+        let shared = Arc::new((inbox, effect));
+        self.on::<T, _, _>(event_type, move |event: KafkaEvent<T>| {
+            let shared = Arc::clone(&shared);
+            async move {
+                let (inbox, effect) = &*shared;
+                let id = event.id;
+                inbox.consume_once(id, async || effect(event).await).await.map_err(|failure| match failure {
+                    ConsumeError::Inbox(error) => error.context(format!("the inbox for event {id}")),
+                    ConsumeError::Handler(error) => error,
+                })
+            }
+        })
+    }
+
+    /// The listener; checks the configuration and that at least one handler is registered.
+    pub fn build(self) -> Result<KafkaListener> {
+        self.config.validate()?;
+        if self.handlers.is_empty() {
+            return Err(Error::config("kafka.listener", "no event type has a handler"));
+        }
+        let dead_letters = match &self.config.dead_letter_topic {
+            Some(_) => Some(
+                self.config
+                    .dead_letter_producer_config()
+                    .create::<FutureProducer>()
+                    .map_err(|error| creation_error("listener.dead-letter-producer", error))?,
+            ),
+            None => None,
+        };
+        let (outcomes, _) = broadcast::channel(1024);
+        Ok(KafkaListener {
+            config: self.config,
+            handlers: self.handlers,
+            dead_letters,
+            outcomes,
+            poison: AtomicU64::new(0),
+        })
+    }
+}
+
+/// Consumes topics in a consumer group and hands each record to the handler of its event type.
+///
+/// Records run one at a time, in partition order; run more listeners in the same group for
+/// parallelism across partitions.
+pub struct KafkaListener {
+    config: KafkaListenerConfig,
+    handlers: HashMap<String, Handler>,
+    dead_letters: Option<FutureProducer>,
+    outcomes: broadcast::Sender<KafkaOutcome>,
+    poison: AtomicU64,
+}
+
+impl fmt::Debug for KafkaListener {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut types: Vec<&String> = self.handlers.keys().collect();
+        types.sort();
+        f.debug_struct("KafkaListener").field("config", &self.config).field("event_types", &types).finish()
+    }
+}
+
+/// Partitions whose assignment changed since the loop last looked: their holds no longer apply,
+/// because a (re)assigned partition starts unpaused at its committed offset.
+#[derive(Default)]
+struct ListenerContext {
+    reassigned: Mutex<Vec<(String, i32)>>,
+}
+
+impl ClientContext for ListenerContext {}
+
+impl ConsumerContext for ListenerContext {
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let partitions = match rebalance {
+            Rebalance::Assign(list) | Rebalance::Revoke(list) => list,
+            Rebalance::Error(error) => {
+                tracing::warn!(%error, "Kafka consumer group rebalance failed");
+                return;
+            }
+        };
+        let mut reassigned = self.reassigned.lock().unwrap_or_else(PoisonError::into_inner);
+        reassigned.extend(
+            partitions.elements().iter().map(|element| (element.topic().to_owned(), element.partition())),
+        );
+    }
+}
+
+type ListenerConsumer = StreamConsumer<ListenerContext>;
+
+/// Why a partition is held back.
+#[derive(Debug, Clone, Copy)]
+struct Hold {
+    /// The record the partition was rewound to; anything else arriving first is a stale prefetch.
+    offset: i64,
+    /// Failed runs of that record so far.
+    attempts: u32,
+    /// When to resume the partition; `None` when it stopped at a poison record.
+    resume_at: Option<Instant>,
+}
+
+type PartitionKey = (String, i32);
+
+fn partition_list(topic: &str, partition: i32) -> TopicPartitionList {
+    let mut list = TopicPartitionList::new();
+    list.add_partition(topic, partition);
+    list
+}
+
+fn decode_error(message: String) -> Error {
+    Error::new(ErrorKind::Decode, message)
+}
+
+/// Decodes the `oncebox_*` headers of a record. A missing, non-UTF-8 or non-UUID
+/// `oncebox_event_id`, or a missing `oncebox_event_type`, is a [`ErrorKind::Decode`] error naming
+/// the header.
+pub fn decode_record(record: &OwnedMessage) -> Result<KafkaEvent<Vec<u8>>> {
+    let place = format!("{}/{}@{}", record.topic(), record.partition(), record.offset());
+    let mut id_value: Option<Option<&[u8]>> = None;
+    let mut event_type = None;
+    let mut payload_type = None;
+    let mut headers = Headers::new();
+    if let Some(list) = record.headers() {
+        for Header { key, value } in list.iter() {
+            let text = value.and_then(|bytes| std::str::from_utf8(bytes).ok());
+            match key {
+                HEADER_EVENT_ID => id_value = Some(value),
+                HEADER_EVENT_TYPE => event_type = text.map(str::to_owned),
+                HEADER_PAYLOAD_TYPE => payload_type = text.map(str::to_owned),
+                other if other.starts_with("oncebox_") => {}
+                other => {
+                    if let Some(text) = text {
+                        headers.insert(other.to_owned(), text.to_owned());
+                    }
+                }
+            }
+        }
+    }
+    let id_bytes = id_value
+        .ok_or_else(|| decode_error(format!("record {place} has no {HEADER_EVENT_ID} header")))?
+        .unwrap_or_default();
+    let id_text = std::str::from_utf8(id_bytes).map_err(|error| {
+        decode_error(format!("header {HEADER_EVENT_ID} of record {place} is not UTF-8")).with_source(error)
+    })?;
+    let id = Uuid::parse_str(id_text.trim()).map_err(|error| {
+        decode_error(format!("header {HEADER_EVENT_ID} '{id_text}' of record {place} is not a UUID"))
+            .with_source(error)
+    })?;
+    let event_type = event_type.ok_or_else(|| {
+        decode_error(format!("record {place} (event {id}) has no {HEADER_EVENT_TYPE} header"))
+    })?;
+    Ok(KafkaEvent {
+        id,
+        event_type,
+        payload_type,
+        headers,
+        key: record.key().and_then(|bytes| std::str::from_utf8(bytes).ok()).map(str::to_owned),
+        topic: record.topic().to_owned(),
+        partition: record.partition(),
+        offset: record.offset(),
+        payload: record.payload().map(<[u8]>::to_vec).unwrap_or_default(),
+    })
+}
+
+impl KafkaListener {
+    /// A builder for a listener with `config`.
+    pub fn builder(config: KafkaListenerConfig) -> KafkaListenerBuilder {
+        KafkaListenerBuilder { config, handlers: HashMap::new() }
+    }
+
+    /// What the listener does with each record, as it happens (a bounded broadcast: a slow
+    /// subscriber misses old outcomes rather than slowing the listener).
+    pub fn outcomes(&self) -> broadcast::Receiver<KafkaOutcome> {
+        self.outcomes.subscribe()
+    }
+
+    /// Poison records met since the listener was built.
+    pub fn poison_records(&self) -> u64 {
+        self.poison.load(Ordering::Relaxed)
+    }
+
+    /// Joins the group and consumes until `shutdown` completes, then finishes the record in hand
+    /// (within the [shutdown grace](KafkaListenerConfig::with_shutdown_grace)), commits what
+    /// succeeded synchronously and leaves the group. Broker outages are logged and ridden out by
+    /// librdkafka's reconnects; only shutdown or an unusable configuration ends the call.
+    pub async fn run(&self, shutdown: impl Future<Output = ()>) -> Result<()> {
+        let consumer: ListenerConsumer = self
+            .config
+            .client_config()
+            .create_with_context(ListenerContext::default())
+            .map_err(|error| creation_error("consumer", error))?;
+        let topics: Vec<&str> = self.config.topics.iter().map(String::as_str).collect();
+        consumer
+            .subscribe(&topics)
+            .map_err(|error| consumer_error(format!("subscribing to {topics:?}"), error))?;
+        tracing::info!(group = %self.config.group_id, ?topics, "Kafka listener consuming");
+        let (stop, stopping) = watch::channel(false);
+        let mut committed: HashMap<PartitionKey, i64> = HashMap::new();
+        let result = {
+            let mut shutdown = std::pin::pin!(shutdown);
+            let mut consuming = std::pin::pin!(self.consume(&consumer, stopping, &mut committed));
+            tokio::select! {
+                () = &mut shutdown => {
+                    let _ = stop.send(true);
+                    match tokio::time::timeout(self.config.shutdown_grace, &mut consuming).await {
+                        Ok(result) => result,
+                        Err(_) => {
+                            tracing::warn!(group = %self.config.group_id, "Kafka listener did not stop within its shutdown grace");
+                            Ok(())
+                        }
+                    }
+                }
+                result = &mut consuming => result,
+            }
+        };
+        // The per-record commits are asynchronous; one synchronous commit makes sure the last of
+        // them reached the group coordinator before the consumer leaves.
+        if !committed.is_empty() {
+            let mut list = TopicPartitionList::new();
+            for ((topic, partition), next) in &committed {
+                let _ = list.add_partition_offset(topic, *partition, Offset::Offset(*next));
+            }
+            if let Err(error) = consumer.commit(&list, CommitMode::Sync) {
+                tracing::warn!(%error, "the final Kafka offset commit failed; the last records will be redelivered");
+            }
+        }
+        consumer.unsubscribe();
+        result
+    }
+
+    /// Consumes until `stopping`; returns an error only for a fatal consumer error.
+    async fn consume(
+        &self,
+        consumer: &ListenerConsumer,
+        mut stopping: watch::Receiver<bool>,
+        committed: &mut HashMap<PartitionKey, i64>,
+    ) -> Result<()> {
+        let mut holds: HashMap<PartitionKey, Hold> = HashMap::new();
+        loop {
+            let next_resume = holds.values().filter_map(|hold| hold.resume_at).min();
+            let received = tokio::select! {
+                biased;
+                _ = stopping.wait_for(|stop| *stop) => return Ok(()),
+                () = sleep_until_some(next_resume) => {
+                    self.resume_due(consumer, &mut holds);
+                    continue;
+                }
+                received = consumer.recv() => received.map(|message| message.detach()),
+            };
+            self.forget_reassigned(consumer, &mut holds);
+            let record = match received {
+                Ok(record) => record,
+                Err(error) if crate::error::is_fatal(&error) => {
+                    return Err(consumer_error("the Kafka consumer hit a fatal error", error));
+                }
+                Err(error) => {
+                    tracing::warn!(%error, group = %self.config.group_id, "Kafka consumer error");
+                    tokio::time::sleep(CONSUMER_ERROR_PAUSE).await;
+                    continue;
+                }
+            };
+            let key = (record.topic().to_owned(), record.partition());
+            let attempts = match holds.get(&key) {
+                // Fetched before the pause or seek took effect; it comes again after the held record.
+                Some(hold) if hold.resume_at.is_none() || hold.offset != record.offset() => continue,
+                Some(hold) => hold.attempts,
+                None => 0,
+            };
+            // Not raced against `stopping`: a record in hand is handled and settled first.
+            match self.process(consumer, &record, attempts).await {
+                Settled::Committed => {
+                    holds.remove(&key);
+                    committed.insert(key, record.offset() + 1);
+                }
+                Settled::Hold(hold) => {
+                    self.hold(consumer, &record);
+                    holds.insert(key, hold);
+                }
+            }
+        }
+    }
+
+    /// Pauses the record's partition and rewinds it to the record, so it is fetched again on resume.
+    fn hold(&self, consumer: &ListenerConsumer, record: &OwnedMessage) {
+        let (topic, partition) = (record.topic(), record.partition());
+        if let Err(error) = consumer.pause(&partition_list(topic, partition)) {
+            tracing::warn!(%error, topic, partition, "could not pause a Kafka partition");
+        }
+        // Zero timeout: the seek is queued and takes effect before the partition fetches again.
+        if let Err(error) = consumer.seek(topic, partition, Offset::Offset(record.offset()), Duration::ZERO) {
+            tracing::warn!(%error, topic, partition, "could not rewind a Kafka partition");
+        }
+    }
+
+    fn resume_due(&self, consumer: &ListenerConsumer, holds: &mut HashMap<PartitionKey, Hold>) {
+        let now = Instant::now();
+        for ((topic, partition), hold) in holds.iter_mut() {
+            if hold.resume_at.is_some_and(|at| at <= now) {
+                hold.resume_at = Some(far_future());
+                if let Err(error) = consumer.resume(&partition_list(topic, *partition)) {
+                    tracing::warn!(%error, topic, partition, "could not resume a Kafka partition");
+                }
+                // A seek on a paused partition is not kept by librdkafka once it resumes, so the
+                // rewind is repeated now that it fetches again.
+                if let Err(error) =
+                    consumer.seek(topic, *partition, Offset::Offset(hold.offset), SEEK_TIMEOUT)
+                {
+                    tracing::warn!(%error, topic, partition, "could not rewind a Kafka partition");
+                }
+            }
+        }
+    }
+
+    fn forget_reassigned(&self, consumer: &ListenerConsumer, holds: &mut HashMap<PartitionKey, Hold>) {
+        let reassigned: Vec<PartitionKey> = {
+            let mut list = consumer.context().reassigned.lock().unwrap_or_else(PoisonError::into_inner);
+            std::mem::take(&mut *list)
+        };
+        for key in reassigned {
+            holds.remove(&key);
+        }
+    }
+
+    fn report(&self, outcome: KafkaOutcome) {
+        // No subscriber is fine: outcomes are informational.
+        let _ = self.outcomes.send(outcome);
+    }
+
+    /// Runs the handler for one record and decides what happens to its offset.
+    async fn process(&self, consumer: &ListenerConsumer, record: &OwnedMessage, attempts: u32) -> Settled {
+        let event = match decode_record(record) {
+            Ok(event) => event,
+            Err(error) => return self.poison(consumer, record, None, error, attempts).await,
+        };
+        let id = event.id;
+        let Some(handler) = self.handlers.get(&event.event_type).cloned() else {
+            let error =
+                decode_error(format!("no handler for event type '{}' (event {id})", event.event_type));
+            return self.poison(consumer, record, Some(id), error, attempts).await;
+        };
+        match handler(event).await {
+            Ok(consumed) => {
+                self.commit(consumer, record);
+                self.report(if consumed.is_applied() {
+                    KafkaOutcome::Applied { id }
+                } else {
+                    KafkaOutcome::Duplicate { id }
+                });
+                Settled::Committed
+            }
+            Err(HandlerFailure::Poison(error)) => {
+                self.poison(consumer, record, Some(id), error, attempts).await
+            }
+            Err(HandlerFailure::Failed(error)) => {
+                let attempts = attempts.saturating_add(1);
+                if self.config.max_attempts.is_some_and(|max| attempts >= max) {
+                    let error = error.context(format!("gave up after {attempts} attempts"));
+                    return self.poison(consumer, record, Some(id), error, attempts).await;
+                }
+                let retry_in = self.config.retry_delay(attempts);
+                tracing::warn!(%id, attempts, ?retry_in, %error, "handler failed; the record runs again after a pause");
+                self.report(KafkaOutcome::Retrying { id, attempts, retry_in, error: error.to_string() });
+                Settled::Hold(Hold {
+                    offset: record.offset(),
+                    attempts,
+                    resume_at: Some(Instant::now() + retry_in),
+                })
+            }
+        }
+    }
+
+    fn commit(&self, consumer: &ListenerConsumer, record: &OwnedMessage) {
+        let mut list = TopicPartitionList::new();
+        let next = Offset::Offset(record.offset() + 1);
+        if list.add_partition_offset(record.topic(), record.partition(), next).is_ok()
+            && let Err(error) = consumer.commit(&list, CommitMode::Async)
+        {
+            // The record was handled; if the commit is lost it is redelivered and the inbox skips it.
+            tracing::warn!(%error, topic = record.topic(), partition = record.partition(), "Kafka offset commit failed");
+        }
+    }
+
+    /// A record that can never be handled: dead-letter and commit it, or stop its partition.
+    async fn poison(
+        &self,
+        consumer: &ListenerConsumer,
+        record: &OwnedMessage,
+        id: Option<Uuid>,
+        reason: Error,
+        attempts: u32,
+    ) -> Settled {
+        self.poison.fetch_add(1, Ordering::Relaxed);
+        let (topic, partition, offset) = (record.topic().to_owned(), record.partition(), record.offset());
+        tracing::error!(event_id = ?id, %topic, partition, offset, error = %reason, "poison Kafka record");
+        let reason = reason.to_string();
+        let (Some(producer), Some(dead_letter_topic)) = (&self.dead_letters, &self.config.dead_letter_topic)
+        else {
+            tracing::error!(%topic, partition, offset, "no dead-letter topic: the partition stops at the poison record");
+            self.report(KafkaOutcome::PartitionStopped { id, topic, partition, offset, reason });
+            return Settled::Hold(Hold { offset, attempts, resume_at: None });
+        };
+        match self.dead_letter(producer, dead_letter_topic, record, &reason).await {
+            Ok(()) => {
+                self.commit(consumer, record);
+                self.report(KafkaOutcome::DeadLettered { id, topic: dead_letter_topic.clone(), reason });
+                Settled::Committed
+            }
+            Err(error) => {
+                let attempts = attempts.saturating_add(1);
+                let retry_in = self.config.retry_delay(attempts);
+                tracing::warn!(%error, ?retry_in, "could not dead-letter a poison record; trying again after a pause");
+                Settled::Hold(Hold { offset, attempts, resume_at: Some(Instant::now() + retry_in) })
+            }
+        }
+    }
+
+    async fn dead_letter(
+        &self,
+        producer: &FutureProducer,
+        dead_letter_topic: &str,
+        record: &OwnedMessage,
+        reason: &str,
+    ) -> Result<()> {
+        let source = format!("{}/{}/{}", record.topic(), record.partition(), record.offset());
+        let mut headers = record.headers().map_or_else(OwnedHeaders::new, OwnedHeaders::clone);
+        headers = headers
+            .insert(Header { key: HEADER_DEAD_LETTER_REASON, value: Some(reason.as_bytes()) })
+            .insert(Header { key: HEADER_DEAD_LETTER_SOURCE, value: Some(source.as_bytes()) });
+        let mut outgoing = FutureRecord::<[u8], [u8]>::to(dead_letter_topic).headers(headers);
+        if let Some(key) = record.key() {
+            outgoing = outgoing.key(key);
+        }
+        if let Some(payload) = record.payload() {
+            outgoing = outgoing.payload(payload);
+        }
+        match producer.send(outgoing, DEAD_LETTER_TIMEOUT).await {
+            Ok(_) => Ok(()),
+            Err((error, _)) => {
+                Err(produce_error(format!("dead-lettering record {source} to '{dead_letter_topic}'"), error))
+            }
+        }
+    }
+}
+
+/// What to do with a record's partition after the record was handled.
+enum Settled {
+    Committed,
+    Hold(Hold),
+}
+
+/// Far enough ahead that a resumed hold never fires again while it waits for its record.
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(86_400 * 365)
+}
+
+async fn sleep_until_some(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::Timestamp;
+
+    fn record(headers: &[(&str, &[u8])]) -> OwnedMessage {
+        let owned = headers
+            .iter()
+            .fold(OwnedHeaders::new(), |list, (key, value)| list.insert(Header { key, value: Some(*value) }));
+        OwnedMessage::new(
+            Some(b"{}".to_vec()),
+            Some(b"customer-7".to_vec()),
+            "orders".to_owned(),
+            Timestamp::NotAvailable,
+            2,
+            41,
+            Some(owned),
+        )
+    }
+
+    #[test]
+    fn headers_decode_into_the_event() -> Result<()> {
+        let id = Uuid::now_v7();
+        let text = id.to_string();
+        let event = decode_record(&record(&[
+            (HEADER_EVENT_ID, text.as_bytes()),
+            (HEADER_EVENT_TYPE, b"order-created"),
+            (HEADER_PAYLOAD_TYPE, b"OrderCreated"),
+            ("traceparent", b"00-abc-def-01"),
+            ("binary", &[0xff, 0xfe]),
+        ]))?;
+        assert_eq!(event.id, id);
+        assert_eq!(event.event_type, "order-created");
+        assert_eq!(event.payload_type.as_deref(), Some("OrderCreated"));
+        assert_eq!(event.key.as_deref(), Some("customer-7"));
+        assert_eq!((event.partition, event.offset), (2, 41));
+        assert_eq!(event.headers.get("traceparent").map(String::as_str), Some("00-abc-def-01"));
+        assert!(!event.headers.contains_key("binary"), "non-UTF-8 header values are left out");
+        assert!(!event.headers.contains_key(HEADER_EVENT_ID));
+        Ok(())
+    }
+
+    #[test]
+    fn a_missing_or_malformed_id_or_type_is_a_decode_error_naming_the_header() {
+        let id = Uuid::now_v7().to_string();
+        type Case<'a> = (Vec<(&'a str, &'a [u8])>, &'a str);
+        let cases: Vec<Case<'_>> = vec![
+            (vec![(HEADER_EVENT_TYPE, b"t")], HEADER_EVENT_ID),
+            (vec![(HEADER_EVENT_ID, b"42"), (HEADER_EVENT_TYPE, b"t")], HEADER_EVENT_ID),
+            (vec![(HEADER_EVENT_ID, &[0xff]), (HEADER_EVENT_TYPE, b"t")], HEADER_EVENT_ID),
+            (vec![(HEADER_EVENT_ID, id.as_bytes())], HEADER_EVENT_TYPE),
+        ];
+        for (headers, named) in cases {
+            let error = decode_record(&record(&headers)).err();
+            assert!(
+                error.as_ref().is_some_and(
+                    |error| error.kind() == ErrorKind::Decode && error.to_string().contains(named)
+                ),
+                "{error:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_payload_of_the_wrong_shape_is_poison() {
+        #[derive(Debug, serde::Deserialize)]
+        struct Order {
+            _index: u32,
+        }
+        let event = KafkaEvent {
+            id: Uuid::nil(),
+            event_type: "t".into(),
+            payload_type: None,
+            headers: Headers::new(),
+            key: None,
+            topic: "orders".into(),
+            partition: 0,
+            offset: 0,
+            payload: b"{\"_index\":\"six\"}".to_vec(),
+        };
+        assert!(matches!(typed::<Order>(event), Err(HandlerFailure::Poison(_))));
+    }
+
+    #[test]
+    fn building_needs_a_handler_and_a_valid_config() {
+        let config = KafkaListenerConfig::new("127.0.0.1:9092", "billing", ["orders"]);
+        let error = KafkaListener::builder(config).build().err().map(|error| error.to_string());
+        assert!(error.is_some_and(|text| text.contains("no event type has a handler")));
+    }
+
+    #[test]
+    fn listener_types_are_send_sync() {
+        fn assert_send_sync<T: Send + Sync + 'static>() {}
+        assert_send_sync::<KafkaListener>();
+        assert_send_sync::<KafkaListenerConfig>();
+    }
+}

@@ -1,0 +1,291 @@
+//! [`KafkaSender`]: pipelined, acknowledged, keyed delivery through one rdkafka `FutureProducer`.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use oncebox_core::{Error, ErrorKind, OutboundMessage, Result, SendError, Sender};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::future_producer::OwnedDeliveryResult;
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+use tokio::time::Instant;
+
+use crate::config::KafkaSenderConfig;
+use crate::error::{creation_error, is_fatal, produce_error};
+
+/// How long to wait for room in librdkafka's queue when the queue is full of other batches'
+/// records (ours are awaited instead).
+const QUEUE_FULL_PAUSE: Duration = Duration::from_millis(5);
+
+/// Delivers outbox messages to Kafka.
+///
+/// A batch is enqueued in full without waiting, then every delivery report is awaited; a message
+/// is `Ok` only after its report says the record was written with `acks=all`. Topic =
+/// [`OutboundMessage::topic`], key = [`OutboundMessage::key`] (the partition key, or the event
+/// id), headers = `oncebox_event_id`, `oncebox_event_type`, `oncebox_payload_type` and the
+/// event's stored headers, as raw UTF-8.
+///
+/// The sender holds one producer, shared by every poller. After librdkafka reports a fatal error
+/// (the idempotent producer can reach one) the producer is replaced by a new one for the next
+/// batch. [`Sender::flush`] waits for buffered records at shutdown.
+pub struct KafkaSender {
+    config: KafkaSenderConfig,
+    current: Mutex<Current>,
+}
+
+/// The producer in use and how many producers came before it.
+struct Current {
+    producer: Arc<FutureProducer>,
+    generation: u64,
+}
+
+impl fmt::Debug for KafkaSender {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KafkaSender").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+impl KafkaSender {
+    /// A sender for `config`. Checks the settings and creates the producer, which connects in the
+    /// background, so a service can start while Kafka is down. Warns when a pass-through property
+    /// weakens `acks=all` or idempotence.
+    pub fn new(config: KafkaSenderConfig) -> Result<Self> {
+        config.validate()?;
+        for weakened in config.weakened_settings() {
+            tracing::warn!(setting = %weakened, "Kafka producer setting weaker than oncebox's default");
+        }
+        let producer = create_producer(&config)?;
+        Ok(Self { config, current: Mutex::new(Current { producer, generation: 0 }) })
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &KafkaSenderConfig {
+        &self.config
+    }
+
+    /// How many times the producer was replaced after a fatal error.
+    pub fn rebuilds(&self) -> u64 {
+        self.current.lock().unwrap_or_else(PoisonError::into_inner).generation
+    }
+
+    fn producer(&self) -> (Arc<FutureProducer>, u64) {
+        let current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        (current.producer.clone(), current.generation)
+    }
+
+    /// Replaces the producer of `generation` (unless another batch already did).
+    fn rebuild(&self, generation: u64, reason: &str) {
+        let fresh = match create_producer(&self.config) {
+            Ok(fresh) => fresh,
+            Err(error) => {
+                tracing::error!(%error, "could not create a new Kafka producer; keeping the failed one");
+                return;
+            }
+        };
+        let old = {
+            let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+            if current.generation != generation {
+                return;
+            }
+            current.generation += 1;
+            std::mem::replace(&mut current.producer, fresh)
+        };
+        tracing::warn!(%reason, "the Kafka producer hit a fatal error; replaced it with a new one");
+        // Dropping a producer purges and flushes it, which blocks for up to half a second.
+        drop(tokio::task::spawn_blocking(move || drop(old)));
+    }
+}
+
+fn create_producer(config: &KafkaSenderConfig) -> Result<Arc<FutureProducer>> {
+    config
+        .client_config()
+        .create::<FutureProducer>()
+        .map(Arc::new)
+        .map_err(|error| creation_error("producer", error))
+}
+
+/// The headers of `message` as Kafka record headers, values as raw UTF-8.
+fn record_headers(message: &OutboundMessage) -> OwnedHeaders {
+    message.wire_headers().iter().fold(OwnedHeaders::new(), |headers, (name, value)| {
+        headers.insert(Header { key: name, value: Some(value.as_bytes()) })
+    })
+}
+
+/// What a delivery report says about `message`; `fatal` is set when the producer must be replaced.
+fn delivery_result(
+    message: &OutboundMessage,
+    report: Result<OwnedDeliveryResult, futures::channel::oneshot::Canceled>,
+    fatal: &mut bool,
+) -> Result<(), SendError> {
+    match report {
+        Ok(Ok(_delivery)) => Ok(()),
+        Ok(Err((error, _record))) => {
+            *fatal |= is_fatal(&error);
+            Err(produce_error(
+                format!("Kafka did not acknowledge message {} on topic '{}'", message.id, message.topic),
+                error,
+            ))
+        }
+        Err(_) => Err(Error::temporary(
+            ErrorKind::Broker,
+            format!("the producer was replaced before reporting the delivery of message {}", message.id),
+        )),
+    }
+}
+
+#[async_trait]
+impl Sender for KafkaSender {
+    async fn send(&self, batch: &[OutboundMessage]) -> Vec<Result<(), SendError>> {
+        if batch.is_empty() {
+            return Vec::new();
+        }
+        let deadline = Instant::now() + self.config.emergency_timeout;
+        let (producer, generation) = self.producer();
+        let mut results: Vec<Option<Result<(), SendError>>> = (0..batch.len()).map(|_| None).collect();
+        let mut fatal = false;
+        let delivering = deliver(&producer, batch, &mut results, &mut fatal);
+        if tokio::time::timeout_at(deadline, delivering).await.is_err() {
+            tracing::warn!(
+                messages = batch.len(),
+                timeout = ?self.config.emergency_timeout,
+                "Kafka batch hit the emergency timeout"
+            );
+        }
+        let fatal_state = producer.client().fatal_error();
+        if fatal || fatal_state.is_some() {
+            let reason = fatal_state.map_or_else(
+                || "a delivery report was fatal".to_owned(),
+                |(code, text)| format!("{code:?}: {text}"),
+            );
+            self.rebuild(generation, &reason);
+        }
+        results
+            .into_iter()
+            .zip(batch)
+            .map(|(result, message)| {
+                result.unwrap_or_else(|| {
+                    Err(Error::temporary(
+                        ErrorKind::Timeout,
+                        format!(
+                            "message {} was not acknowledged within the emergency timeout of {:?}",
+                            message.id, self.config.emergency_timeout
+                        ),
+                    ))
+                })
+            })
+            .collect()
+    }
+
+    async fn flush(&self, timeout: Duration) -> Result<()> {
+        let (producer, _) = self.producer();
+        let flushing = tokio::task::spawn_blocking(move || {
+            let outcome = producer.flush(timeout);
+            (outcome, producer.in_flight_count())
+        });
+        match flushing.await {
+            Ok((Ok(()), _)) => Ok(()),
+            Ok((Err(error), unacknowledged)) => Err(Error::temporary(
+                ErrorKind::Timeout,
+                format!("{unacknowledged} Kafka records were still unacknowledged after {timeout:?}"),
+            )
+            .with_source(error)),
+            Err(error) => Err(Error::new(ErrorKind::Other, format!("the flush task failed: {error}"))),
+        }
+    }
+}
+
+/// Enqueues every message, then awaits every delivery report; fills `results` as outcomes become
+/// known, so a timeout leaves only the unknown ones empty.
+async fn deliver(
+    producer: &FutureProducer,
+    batch: &[OutboundMessage],
+    results: &mut [Option<Result<(), SendError>>],
+    fatal: &mut bool,
+) {
+    let mut pending: VecDeque<(usize, DeliveryFuture)> = VecDeque::with_capacity(batch.len());
+    for (index, message) in batch.iter().enumerate() {
+        let key = if message.key.is_empty() { message.id.to_string() } else { message.key.clone() };
+        // No record timestamp: the broker's time, not the event's, so topic retention does not
+        // delete an old (e.g. re-driven) event the moment it is written.
+        let mut record = FutureRecord::to(&message.topic)
+            .key(key.as_bytes())
+            .payload(message.payload.as_bytes())
+            .headers(record_headers(message));
+        loop {
+            match producer.send_result(record) {
+                Ok(report) => {
+                    pending.push_back((index, report));
+                    break;
+                }
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), returned)) => {
+                    // Room comes from deliveries: ours first, else other batches'.
+                    record = returned;
+                    match pending.pop_front() {
+                        Some((done, report)) => {
+                            results[done] = Some(delivery_result(&batch[done], report.await, fatal));
+                        }
+                        None => tokio::time::sleep(QUEUE_FULL_PAUSE).await,
+                    }
+                }
+                Err((error, _)) => {
+                    *fatal |= is_fatal(&error);
+                    results[index] = Some(Err(produce_error(
+                        format!("Kafka refused message {} for topic '{}'", message.id, message.topic),
+                        error,
+                    )));
+                    break;
+                }
+            }
+        }
+    }
+    for (index, report) in pending {
+        results[index] = Some(delivery_result(&batch[index], report.await, fatal));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::message::Headers;
+
+    #[test]
+    fn sender_is_send_sync() {
+        fn assert_send_sync<T: Send + Sync + 'static>() {}
+        assert_send_sync::<KafkaSender>();
+    }
+
+    #[test]
+    fn headers_carry_the_event_identity_and_stored_headers_as_utf8() {
+        let mut message = OutboundMessage {
+            id: uuid::Uuid::now_v7(),
+            event_type: "order-created".into(),
+            topic: "orders".into(),
+            key: "customer-7".into(),
+            payload: "{}".into(),
+            payload_type: "OrderCreated".into(),
+            headers: oncebox_core::Headers::new(),
+            created_at: chrono::Utc::now(),
+        };
+        message.headers.insert("traceparent".into(), "00-ab-cd-01".into());
+        message.headers.insert("oncebox_event_id".into(), "forged".into());
+        let headers = record_headers(&message);
+        let pairs: Vec<(String, String)> = headers
+            .iter()
+            .map(|header| {
+                (
+                    header.key.to_owned(),
+                    String::from_utf8_lossy(header.value.unwrap_or_default()).into_owned(),
+                )
+            })
+            .collect();
+        let id = message.id.to_string();
+        assert_eq!(pairs[0], ("oncebox_event_id".to_owned(), id));
+        assert_eq!(pairs[1], ("oncebox_event_type".to_owned(), "order-created".to_owned()));
+        assert_eq!(pairs[2], ("oncebox_payload_type".to_owned(), "OrderCreated".to_owned()));
+        assert_eq!(pairs[3], ("traceparent".to_owned(), "00-ab-cd-01".to_owned()));
+        assert_eq!(pairs.len(), 4, "a stored header cannot override an oncebox_* one: {pairs:?}");
+    }
+}

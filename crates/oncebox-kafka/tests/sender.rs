@@ -1,0 +1,132 @@
+//! The testkit sender suite against a real Kafka-protocol broker (`ONCEBOX_KAFKA_BOOTSTRAP`,
+//! default `127.0.0.1:9092` under `CI=true`). Every test uses a fresh topic created through the
+//! admin API.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use oncebox_core::{Error, ErrorKind, Result};
+use oncebox_kafka::{KafkaSender, KafkaSenderConfig};
+use oncebox_testkit::runner::{Suite, server_missing};
+use oncebox_testkit::sender_suite::{self, ReceivedMessage, SenderHarness, TestConsumer};
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::message::{Headers, Message};
+
+const VARIABLE: &str = "ONCEBOX_KAFKA_BOOTSTRAP";
+/// The sender's local record size limit in these tests (librdkafka's `message.max.bytes`).
+const MAX_RECORD_BYTES: usize = 256 * 1024;
+const EMERGENCY_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn bootstrap() -> Option<String> {
+    match std::env::var(VARIABLE) {
+        Ok(value) if !value.is_empty() => Some(value),
+        _ if std::env::var("CI").is_ok_and(|value| value == "true") => Some("127.0.0.1:9092".to_owned()),
+        _ => None,
+    }
+}
+
+fn plumbing(context: &str, error: impl std::fmt::Display) -> Error {
+    Error::new(ErrorKind::Other, format!("{context}: {error}"))
+}
+
+struct KafkaHarness {
+    bootstrap: String,
+}
+
+impl KafkaHarness {
+    async fn create_topic(&self, topic: &str) -> Result<()> {
+        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .create()
+            .map_err(|error| plumbing("admin client", error))?;
+        let results = admin
+            .create_topics(&[NewTopic::new(topic, 1, TopicReplication::Fixed(1))], &AdminOptions::new())
+            .await
+            .map_err(|error| plumbing("creating the topic", error))?;
+        for result in results {
+            result.map_err(|(name, code)| plumbing(&format!("creating topic {name}"), code))?;
+        }
+        Ok(())
+    }
+}
+
+struct KafkaConsumer {
+    consumer: StreamConsumer,
+}
+
+#[oncebox_core::async_trait]
+impl TestConsumer for KafkaConsumer {
+    async fn next(&mut self, timeout: Duration) -> Result<Option<ReceivedMessage>> {
+        match tokio::time::timeout(timeout, self.consumer.recv()).await {
+            Err(_) => Ok(None),
+            Ok(Err(error)) => Err(plumbing("consuming", error)),
+            Ok(Ok(message)) => {
+                let headers = message
+                    .headers()
+                    .map(|list| {
+                        list.iter()
+                            .map(|header| {
+                                let value = header.value.map(String::from_utf8_lossy).unwrap_or_default();
+                                (header.key.to_owned(), value.into_owned())
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                Ok(Some(ReceivedMessage {
+                    key: message.key().map(|key| String::from_utf8_lossy(key).into_owned()),
+                    payload: message.payload().map(String::from_utf8_lossy).unwrap_or_default().into_owned(),
+                    headers,
+                }))
+            }
+        }
+    }
+}
+
+#[oncebox_core::async_trait]
+impl SenderHarness for KafkaHarness {
+    type Sender = KafkaSender;
+
+    async fn sender(&self, _topic: &str) -> Result<KafkaSender> {
+        KafkaSender::new(
+            KafkaSenderConfig::new(self.bootstrap.clone())
+                .with_emergency_timeout(EMERGENCY_TIMEOUT)
+                .with_producer_property("message.max.bytes", MAX_RECORD_BYTES.to_string()),
+        )
+    }
+
+    async fn unreachable_sender(&self) -> Result<KafkaSender> {
+        KafkaSender::new(KafkaSenderConfig::new("127.0.0.1:1").with_emergency_timeout(Duration::from_secs(3)))
+    }
+
+    async fn consumer(&self, topic: &str) -> Result<Box<dyn TestConsumer>> {
+        self.create_topic(topic).await?;
+        let consumer: StreamConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .set("group.id", format!("{topic}-reader"))
+            .set("auto.offset.reset", "earliest")
+            .set("enable.auto.commit", "false")
+            .create()
+            .map_err(|error| plumbing("test consumer", error))?;
+        consumer.subscribe(&[topic]).map_err(|error| plumbing("subscribing", error))?;
+        Ok(Box::new(KafkaConsumer { consumer }))
+    }
+
+    fn fresh_topic(&self) -> String {
+        format!("oncebox-test-{}", uuid::Uuid::new_v4().simple())
+    }
+
+    fn oversized_payload(&self) -> Option<String> {
+        Some("x".repeat(MAX_RECORD_BYTES + 1))
+    }
+}
+
+fn main() -> ExitCode {
+    let Some(bootstrap) = bootstrap() else {
+        return server_missing("kafka sender", VARIABLE);
+    };
+    Suite::new().add("sender", Arc::new(KafkaHarness { bootstrap }), sender_suite::cases()).run()
+}
