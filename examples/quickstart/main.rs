@@ -1,6 +1,6 @@
 //! The whole oncebox loop, end to end. By default it needs no servers: an SQLite file database
-//! and the in-memory broker. `--database-url postgres://…` and `--broker amqp://…` run the same
-//! loop against real servers.
+//! and the in-memory broker. `--database-url postgres://…` and `--broker amqp://…` or
+//! `--broker kafka://host:port` run the same loop against real servers.
 //!
 //! 1. Orders are placed in business transactions that also publish an `order-placed` event; every
 //!    fifth transaction fails its business check and rolls back, taking its event with it.
@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use oncebox::kafka::{KafkaEvent, KafkaListener, KafkaListenerConfig, KafkaSender, KafkaSenderConfig};
 use oncebox::postgres::PgDialect;
 use oncebox::rabbit::{
     RabbitEvent, RabbitListener, RabbitListenerConfig, RabbitSender, RabbitSenderConfig, RabbitTopology,
@@ -35,7 +36,7 @@ struct Args {
     /// `sqlite://path` or `postgres://…` (default: a fresh SQLite file in the temp dir).
     #[arg(long)]
     database_url: Option<String>,
-    /// `memory` (in-process) or `amqp://…` (RabbitMQ).
+    /// `memory` (in-process), `amqp://…` (RabbitMQ) or `kafka://host:port` (Kafka).
     #[arg(long, default_value = "memory")]
     broker: String,
     /// How many orders to place one by one (every fifth is rolled back).
@@ -239,12 +240,17 @@ async fn run(args: Args) -> Result<bool, Failure> {
         None => fresh_sqlite_url()?,
     };
     let broker = match args.broker.as_str() {
-        "memory" => None,
-        url if url.starts_with("amqp://") || url.starts_with("amqps://") => Some(url.to_owned()),
-        other => return Err(format!("unsupported --broker '{other}': use memory or amqp://…").into()),
+        "memory" => Broker::Memory,
+        url if url.starts_with("amqp://") || url.starts_with("amqps://") => Broker::Amqp(url.to_owned()),
+        url if url.starts_with("kafka://") => Broker::Kafka(url.to_owned()),
+        other => {
+            return Err(
+                format!("unsupported --broker '{other}': use memory, amqp://… or kafka://host:port").into()
+            );
+        }
     };
     println!("database: {}", shown(&database_url));
-    println!("broker:   {}", broker.as_deref().map_or("in-memory".to_owned(), shown));
+    println!("broker:   {}", broker.shown());
     if database_url.starts_with("sqlite:") {
         let dialect = SqliteDialect::connect(&database_url).await?;
         let shop = SqliteShop { pool: dialect.pool().clone() };
@@ -294,10 +300,61 @@ impl Tally {
     }
 }
 
+/// Where the relay delivers.
+enum Broker {
+    Memory,
+    Amqp(String),
+    Kafka(String),
+}
+
+impl Broker {
+    fn shown(&self) -> String {
+        match self {
+            Self::Memory => "in-memory".to_owned(),
+            Self::Amqp(url) => shown(url),
+            Self::Kafka(url) => url.clone(),
+        }
+    }
+}
+
+/// Creates `topic` (one partition) unless it exists: the quickstart's counterpart of the RabbitMQ
+/// queue declaration, since a broker need not create topics on first use.
+async fn create_topic(url: &str, topic: &str) -> Result<(), Failure> {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::types::RDKafkaErrorCode;
+
+    let bootstrap = url.strip_prefix("kafka://").unwrap_or(url);
+    let admin: AdminClient<DefaultClientContext> =
+        rdkafka::ClientConfig::new().set("bootstrap.servers", bootstrap).create()?;
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    for result in
+        admin.create_topics(&[NewTopic::new(topic, 1, TopicReplication::Fixed(1))], &options).await?
+    {
+        match result {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((name, code)) => return Err(format!("creating Kafka topic {name}: {code}").into()),
+        }
+    }
+    Ok(())
+}
+
+/// A stop signal and the listener task it ends.
+type RunningListener = (tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<oncebox::Result<()>>);
+
+/// Runs `listener` until the returned sender fires.
+fn spawn_listener<F>(listener: F) -> RunningListener
+where
+    F: FnOnce(tokio::sync::oneshot::Receiver<()>) -> tokio::task::JoinHandle<oncebox::Result<()>>,
+{
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    (stop, listener(stopped))
+}
+
 async fn run_with<S: Shop>(
     shop: S,
     dialect: S::Dialect,
-    amqp: Option<String>,
+    broker: Broker,
     orders: u32,
 ) -> Result<bool, Failure> {
     shop.reset().await?;
@@ -305,9 +362,36 @@ async fn run_with<S: Shop>(
     let mut subscription = memory.subscribe(TOPIC);
     let tally = Arc::new(Tally::default());
     let builder = Oncebox::builder(config()?).dialect(dialect);
-    let (outbox, listener) = match &amqp {
-        None => (builder.sender(memory.clone()).start().await?, None),
-        Some(url) => {
+    let (outbox, listener) = match &broker {
+        Broker::Memory => (builder.sender(memory.clone()).start().await?, None),
+        Broker::Kafka(url) => {
+            create_topic(url, TOPIC).await?;
+            let outbox = builder.sender(KafkaSender::new(KafkaSenderConfig::new(url))?).start().await?;
+            let (shop, inbox, tally) = (shop.clone(), outbox.inbox("shipping"), tally.clone());
+            // One consumer group across runs, like the RabbitMQ queue: a run starts after the
+            // offsets the previous one committed.
+            let listener = KafkaListener::builder(KafkaListenerConfig::new(url, QUEUE, [TOPIC]))
+                .on(EVENT, move |event: KafkaEvent<OrderPlaced>| {
+                    let (shop, inbox, tally) = (shop.clone(), inbox.clone(), tally.clone());
+                    async move {
+                        tally.deliver(&shop, &inbox, event.id, &event.payload).await.map_err(|error| {
+                            oncebox::Error::new(oncebox::ErrorKind::Other, error.to_string())
+                        })
+                    }
+                })
+                .build()?;
+            let running = spawn_listener(|stopped| {
+                tokio::spawn(async move {
+                    listener
+                        .run(async move {
+                            let _ = stopped.await;
+                        })
+                        .await
+                })
+            });
+            (outbox, Some(running))
+        }
+        Broker::Amqp(url) => {
             let outbox = builder.sender(RabbitSender::new(RabbitSenderConfig::new(url))?).start().await?;
             // The consumer declares and binds its queue; until it has, mandatory publishing reports
             // the events unroutable and the relay retries them after a short backoff.
@@ -325,15 +409,16 @@ async fn run_with<S: Shop>(
                 }
             })
             .build()?;
-            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-            let running = tokio::spawn(async move {
-                listener
-                    .run(async move {
-                        let _ = stopped.await;
-                    })
-                    .await
+            let running = spawn_listener(|stopped| {
+                tokio::spawn(async move {
+                    listener
+                        .run(async move {
+                            let _ = stopped.await;
+                        })
+                        .await
+                })
             });
-            (outbox, Some((stop, running)))
+            (outbox, Some(running))
         }
     };
 
@@ -358,7 +443,7 @@ async fn run_with<S: Shop>(
     let inbox = outbox.inbox("shipping");
     let deadline = Instant::now() + Duration::from_secs(60);
     while tally.applied.load(Ordering::SeqCst) < committed.len() && Instant::now() < deadline {
-        if amqp.is_some() {
+        if !matches!(broker, Broker::Memory) {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         }
