@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use oncebox_core::sender::unanswered_as_timeouts;
 use oncebox_core::{Error, ErrorKind, OutboundMessage, Result, SendError, Sender};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
@@ -162,21 +163,7 @@ impl Sender for KafkaSender {
             );
             self.rebuild(generation, &reason);
         }
-        results
-            .into_iter()
-            .zip(batch)
-            .map(|(result, message)| {
-                result.unwrap_or_else(|| {
-                    Err(Error::temporary(
-                        ErrorKind::Timeout,
-                        format!(
-                            "message {} was not acknowledged within the emergency timeout of {:?}",
-                            message.id, self.config.emergency_timeout
-                        ),
-                    ))
-                })
-            })
-            .collect()
+        unanswered_as_timeouts(results, batch, self.config.emergency_timeout, "acknowledged")
     }
 
     async fn flush(&self, timeout: Duration) -> Result<()> {

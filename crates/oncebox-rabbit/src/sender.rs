@@ -8,6 +8,7 @@ use futures::stream::FuturesUnordered;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
+use oncebox_core::sender::unanswered_as_timeouts;
 use oncebox_core::{Error, ErrorKind, OutboundMessage, Result, SendError, Sender};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -255,21 +256,7 @@ impl Sender for RabbitSender {
                 self.link.lock().await.channel = None;
             }
         }
-        results
-            .into_iter()
-            .zip(batch)
-            .map(|(result, message)| {
-                result.unwrap_or_else(|| {
-                    Err(Error::temporary(
-                        ErrorKind::Timeout,
-                        format!(
-                            "message {} was not confirmed within the emergency timeout of {:?}",
-                            message.id, self.config.emergency_timeout
-                        ),
-                    ))
-                })
-            })
-            .collect()
+        unanswered_as_timeouts(results, batch, self.config.emergency_timeout, "confirmed")
     }
 }
 
