@@ -342,13 +342,18 @@ async fn create_topic(url: &str, topic: &str) -> Result<(), Failure> {
 /// A stop signal and the listener task it ends.
 type RunningListener = (tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<oncebox::Result<()>>);
 
-/// Runs `listener` until the returned sender fires.
-fn spawn_listener<F>(listener: F) -> RunningListener
+/// Spawns the listener loop `run`, handing it a shutdown future that resolves when the returned
+/// sender fires (or is dropped).
+fn spawn_listener<F, Fut>(run: F) -> RunningListener
 where
-    F: FnOnce(tokio::sync::oneshot::Receiver<()>) -> tokio::task::JoinHandle<oncebox::Result<()>>,
+    F: FnOnce(std::pin::Pin<Box<dyn Future<Output = ()> + Send>>) -> Fut,
+    Fut: Future<Output = oncebox::Result<()>> + Send + 'static,
 {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    (stop, listener(stopped))
+    let shutdown = Box::pin(async move {
+        let _ = stopped.await;
+    });
+    (stop, tokio::spawn(run(shutdown)))
 }
 
 async fn run_with<S: Shop>(
@@ -380,15 +385,7 @@ async fn run_with<S: Shop>(
                     }
                 })
                 .build()?;
-            let running = spawn_listener(|stopped| {
-                tokio::spawn(async move {
-                    listener
-                        .run(async move {
-                            let _ = stopped.await;
-                        })
-                        .await
-                })
-            });
+            let running = spawn_listener(|shutdown| async move { listener.run(shutdown).await });
             (outbox, Some(running))
         }
         Broker::Amqp(url) => {
@@ -409,15 +406,7 @@ async fn run_with<S: Shop>(
                 }
             })
             .build()?;
-            let running = spawn_listener(|stopped| {
-                tokio::spawn(async move {
-                    listener
-                        .run(async move {
-                            let _ = stopped.await;
-                        })
-                        .await
-                })
-            });
+            let running = spawn_listener(|shutdown| async move { listener.run(shutdown).await });
             (outbox, Some(running))
         }
     };
