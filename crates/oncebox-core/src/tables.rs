@@ -43,6 +43,31 @@ impl TableNames {
             .replace("{jobs}", &self.jobs)
             .replace("{prefix}", &self.prefix)
     }
+
+    /// A shipped migration (written for the default names) for these tables: every identifier
+    /// that starts with `outbox_` (tables and indexes) gets the prefix. The shipped files never
+    /// use such a word in a comment or string literal, and a prefix is validated before it gets
+    /// here.
+    pub fn render_migration(&self, sql: &str) -> String {
+        let prefix = self.prefix();
+        if prefix.is_empty() {
+            return sql.to_owned();
+        }
+        let mut out = String::with_capacity(sql.len() + 16 * prefix.len());
+        let bytes = sql.as_bytes();
+        let is_word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+        let mut index = 0;
+        while index < sql.len() {
+            let starts_word = index == 0 || !is_word(bytes[index - 1]);
+            if starts_word && sql[index..].starts_with("outbox_") {
+                out.push_str(prefix);
+            }
+            let next = sql[index..].chars().next().map_or(1, char::len_utf8);
+            out.push_str(&sql[index..index + next]);
+            index += next;
+        }
+        out
+    }
 }
 
 impl Default for TableNames {

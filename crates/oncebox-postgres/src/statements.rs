@@ -60,37 +60,13 @@ pub(crate) fn channel_for(prefix: &str) -> String {
     format!("{prefix}oncebox_wake_ups")
 }
 
-/// A migration for `tables`: every identifier that starts with `outbox_` (tables and indexes) gets
-/// the prefix. Only validated prefixes reach here, and comments and string literals of the shipped
-/// files never contain such a word.
-pub(crate) fn render_migration(sql: &str, tables: &TableNames) -> String {
-    let prefix = tables.prefix();
-    if prefix.is_empty() {
-        return sql.to_owned();
-    }
-    let mut out = String::with_capacity(sql.len() + 16 * prefix.len());
-    let bytes = sql.as_bytes();
-    let is_word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
-    let mut index = 0;
-    while index < sql.len() {
-        let starts_word = index == 0 || !is_word(bytes[index - 1]);
-        if starts_word && sql[index..].starts_with("outbox_") {
-            out.push_str(prefix);
-        }
-        let next = sql[index..].chars().next().map_or(1, char::len_utf8);
-        out.push_str(&sql[index..index + next]);
-        index += next;
-    }
-    out
-}
-
 impl Statements {
     /// Renders every template for `tables`.
     pub(crate) fn new(tables: &TableNames) -> Arc<Self> {
         // Only validated table names are spliced in; values are always bound.
         let sql = |template: &str| AssertSqlSafe(Arc::<str>::from(tables.render(template))).into_sql_str();
         let migration = |index: usize| {
-            AssertSqlSafe(Arc::<str>::from(render_migration(MIGRATIONS[index].1, tables))).into_sql_str()
+            AssertSqlSafe(Arc::<str>::from(tables.render_migration(MIGRATIONS[index].1))).into_sql_str()
         };
         let insert_events_text = tables.render(include_str!("../sql/insert_events.sql"));
         let insert_events_notify_text = tables.render(include_str!("../sql/insert_events_notify.sql"));
@@ -152,12 +128,12 @@ mod tests {
     #[test]
     fn migrations_get_the_prefix_on_every_table_and_index() {
         let names = TableNames::with_prefix("shop_").unwrap_or_default();
-        let rendered = render_migration(MIGRATIONS[0].1, &names);
+        let rendered = names.render_migration(MIGRATIONS[0].1);
         assert!(rendered.contains("CREATE TABLE IF NOT EXISTS shop_outbox_events ("), "{rendered}");
         assert!(rendered.contains("shop_outbox_events_pending"), "{rendered}");
         assert!(rendered.contains("ON shop_outbox_events (updated_at, id)"), "{rendered}");
         assert!(!rendered.contains(" outbox_events"), "{rendered}");
         assert!(!rendered.contains("shop_shop_"), "{rendered}");
-        assert_eq!(render_migration(MIGRATIONS[3].1, &TableNames::default()), MIGRATIONS[3].1);
+        assert_eq!(TableNames::default().render_migration(MIGRATIONS[3].1), MIGRATIONS[3].1);
     }
 }

@@ -57,3 +57,45 @@ pub trait DaoHarness: Send + Sync + 'static {
     /// Releases what `fresh` created (drops tables, deletes files). Called at the end of each test.
     async fn dispose(&self, dialect: Self::Dialect) -> Result<()>;
 }
+
+/// Runs `body` on a fresh dialect of `harness` and disposes of the dialect afterwards, also when
+/// the body fails or panics, so a failing case leaves no tables behind.
+pub async fn with_fresh<H, F, Fut>(harness: std::sync::Arc<H>, body: F) -> crate::runner::TestResult
+where
+    H: DaoHarness,
+    F: FnOnce(std::sync::Arc<H>, H::Dialect) -> Fut,
+    Fut: std::future::Future<Output = crate::runner::TestResult>,
+    H::Dialect: Clone,
+{
+    use futures::FutureExt;
+    use std::panic::AssertUnwindSafe;
+
+    let dialect = harness.fresh().await.map_err(crate::runner::fail)?;
+    let outcome = AssertUnwindSafe(body(harness.clone(), dialect.clone())).catch_unwind().await;
+    let disposed = harness.dispose(dialect).await;
+    match outcome {
+        Err(panic) => std::panic::resume_unwind(panic),
+        Ok(result) => {
+            result?;
+            disposed.map_err(crate::runner::fail)
+        }
+    }
+}
+
+/// Polls `check` every 20 ms until it is true; fails naming `what` once `within` has passed.
+pub async fn eventually<F, Fut>(what: &str, within: Duration, mut check: F) -> crate::runner::TestResult
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<bool, crate::runner::Failed>>,
+{
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if check().await? {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(crate::runner::fail(format!("timed out after {within:?} waiting until {what}")));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -3,7 +3,6 @@
 //! several engines draining one table.
 
 use std::collections::HashSet;
-use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,7 +17,7 @@ use oncebox_postgres::PgDialect;
 use oncebox_postgres::connect_options;
 use oncebox_testkit::dao_suite::{ids_of, new_events};
 use oncebox_testkit::runner::{Case, Failed, TestResult, fail};
-use oncebox_testkit::{DaoHarness, MemoryBroker, case};
+use oncebox_testkit::{DaoHarness, MemoryBroker, case, eventually, with_fresh};
 use sqlx::AssertSqlSafe;
 use sqlx::postgres::{PgListener, PgPoolOptions};
 use uuid::Uuid;
@@ -50,43 +49,6 @@ pub fn cases() -> Vec<Case<PgHarness>> {
 
 const ORDERS: &str = "order-created";
 const TOPIC: &str = "orders";
-
-/// Runs `body` on a fresh dialect and disposes of it afterwards, also when the body fails or
-/// panics.
-async fn with_fresh<F, Fut>(harness: Arc<PgHarness>, body: F) -> TestResult
-where
-    F: FnOnce(Arc<PgHarness>, PgDialect) -> Fut,
-    Fut: Future<Output = TestResult>,
-{
-    let dialect = harness.fresh().await.map_err(fail)?;
-    let outcome = AssertUnwindSafe(body(harness.clone(), dialect.clone())).catch_unwind().await;
-    let disposed = harness.dispose(dialect).await;
-    match outcome {
-        Err(panic) => std::panic::resume_unwind(panic),
-        Ok(result) => {
-            result?;
-            disposed.map_err(fail)
-        }
-    }
-}
-
-/// Polls `check` until it is true or `within` passes.
-async fn eventually<F, Fut>(what: &str, within: Duration, mut check: F) -> TestResult
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<bool, Failed>>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        if check().await? {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(fail(format!("timed out after {within:?} waiting until {what}")));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 async fn execute(dialect: &PgDialect, sql: String) -> TestResult {
     sqlx::raw_sql(AssertSqlSafe(sql)).execute(dialect.pool()).await.map_err(fail)?;

@@ -1,0 +1,2 @@
+UPDATE {dlq} SET dlq_status = ?, updated_at = UTC_TIMESTAMP(6)
+WHERE dlq_status <> 'IN_PROCESS' AND id IN ({ids})

@@ -1,0 +1,14 @@
+-- Settles retries and failures in one statement: {outcomes} is a UNION ALL of
+-- (id, status, delay_micros, error) rows, bound first; only rows still IN_PROCESS under the claim
+-- token bound last change.
+UPDATE {events} AS e
+JOIN ({outcomes}) AS outcome ON e.id = outcome.id
+SET e.status = outcome.status,
+    e.attempts = e.attempts + 1,
+    e.next_retry_at = CASE WHEN outcome.status = 'PENDING'
+                           THEN UTC_TIMESTAMP(6) + INTERVAL outcome.delay_micros MICROSECOND
+                           ELSE e.next_retry_at END,
+    e.last_error = outcome.error,
+    e.updated_at = UTC_TIMESTAMP(6),
+    e.claim_token = NULL
+WHERE e.status = 'IN_PROCESS' AND e.claim_token = ?

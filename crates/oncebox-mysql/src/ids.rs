@@ -1,0 +1,25 @@
+//! Binding id lists to `IN (…)` placeholders.
+
+use sqlx::MySql;
+use sqlx::mysql::MySqlArguments;
+use sqlx::query::Query;
+use uuid::Uuid;
+
+use crate::statements::id_slots;
+
+/// A statement over a list of ids.
+pub(crate) type MySqlQuery<'q> = Query<'q, MySql, MySqlArguments>;
+
+/// Binds `ids` to the `IN (…)` list of a statement made for [`id_slots`]`(ids.len())` slots,
+/// repeating the last id in the spare ones.
+pub(crate) fn bind_ids<'q>(mut query: MySqlQuery<'q>, ids: &[Uuid]) -> MySqlQuery<'q> {
+    for id in ids {
+        query = query.bind(*id);
+    }
+    if let Some(last) = ids.last() {
+        for _ in ids.len()..id_slots(ids.len()) {
+            query = query.bind(*last);
+        }
+    }
+    query
+}

@@ -1,0 +1,162 @@
+//! The oncebox conformance suites against MySQL or MariaDB, at the URL in `ONCEBOX_MYSQL_URL`
+//! (e.g. `mysql://root@127.0.0.1:3306/test`). Every test gets its own random table prefix, and its
+//! tables are dropped at the end.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use oncebox_core::{
+    Dialect, Error, InboxWriter, NewOutboxEvent, OutboxWriter, Result, SchemaPlan, TableNames,
+};
+use oncebox_mysql::{MySqlDialect, connect_options, pool_options};
+use oncebox_testkit::runner::{Suite, server_missing};
+use oncebox_testkit::{AgedTable, DaoHarness, dao_suite, engine_suite};
+use sqlx::AssertSqlSafe;
+use uuid::Uuid;
+
+#[path = "conformance/mysql_cases.rs"]
+mod mysql_cases;
+
+/// Connections per test dialect: enough for the concurrent cases, few enough that two tests at a
+/// time stay far below the server's limit (151 by default).
+const POOL_SIZE: u32 = 8;
+
+/// Fresh table prefixes in one MySQL/MariaDB database.
+pub struct MySqlHarness {
+    url: String,
+}
+
+fn sql_error(context: &str) -> impl FnOnce(sqlx::Error) -> Error + '_ {
+    move |error| Error::database(context.to_owned(), false, error)
+}
+
+/// A random prefix for one test.
+pub fn random_prefix() -> String {
+    format!("t_{}_", &Uuid::new_v4().simple().to_string()[..10])
+}
+
+impl MySqlHarness {
+    /// The server's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// A dialect on a new pool made by the library's pool options, using `prefix`, with no tables
+    /// created.
+    pub async fn dialect(&self, prefix: &str, pool_size: u32) -> Result<MySqlDialect> {
+        let pool = pool_options()
+            .max_connections(pool_size)
+            .connect_with(connect_options(&self.url)?)
+            .await
+            .map_err(sql_error("connecting"))?;
+        Ok(MySqlDialect::new(pool).with_tables(&TableNames::with_prefix(prefix)?))
+    }
+
+    /// Drops the tables of `dialect`'s prefix.
+    pub async fn drop_tables(&self, dialect: &MySqlDialect) -> Result<()> {
+        let tables = dialect.tables();
+        let sql = format!(
+            "DROP TABLE IF EXISTS {}, {}, {}, {}",
+            tables.events, tables.dlq, tables.consumed, tables.jobs
+        );
+        sqlx::raw_sql(AssertSqlSafe(sql)).execute(dialect.pool()).await.map_err(sql_error("dropping"))?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl DaoHarness for MySqlHarness {
+    type Dialect = MySqlDialect;
+
+    async fn fresh(&self) -> Result<MySqlDialect> {
+        let dialect = self.dialect(&random_prefix(), POOL_SIZE).await?;
+        dialect.create_schema(SchemaPlan { outbox: true, dlq: true, inbox: true, jobs: true }).await?;
+        Ok(dialect)
+    }
+
+    async fn publish(&self, dialect: &MySqlDialect, events: &[NewOutboxEvent], commit: bool) -> Result<()> {
+        let mut tx = dialect.pool().begin().await.map_err(sql_error("beginning"))?;
+        dialect.writer().write(&mut tx, events).await?;
+        if commit {
+            tx.commit().await.map_err(sql_error("committing"))
+        } else {
+            tx.rollback().await.map_err(sql_error("rolling back"))
+        }
+    }
+
+    async fn record_in_transaction(
+        &self,
+        dialect: &MySqlDialect,
+        consumer: &str,
+        ids: &[Uuid],
+        commit: bool,
+    ) -> Result<Vec<Uuid>> {
+        let mut tx = dialect.pool().begin().await.map_err(sql_error("beginning"))?;
+        let new = dialect.writer().record_many(&mut tx, consumer, ids).await?;
+        if commit {
+            tx.commit().await.map_err(sql_error("committing"))?;
+        } else {
+            tx.rollback().await.map_err(sql_error("rolling back"))?;
+        }
+        Ok(new)
+    }
+
+    async fn backdate(
+        &self,
+        dialect: &MySqlDialect,
+        table: AgedTable,
+        ids: &[Uuid],
+        by: Duration,
+    ) -> Result<()> {
+        let tables = dialect.tables();
+        let (name, columns) = match table {
+            AgedTable::Events => {
+                (&tables.events, &["created_at", "updated_at", "processed_at", "next_retry_at"][..])
+            }
+            AgedTable::Dlq => (&tables.dlq, &["updated_at", "moved_at"][..]),
+            AgedTable::Consumed => (&tables.consumed, &["consumed_at"][..]),
+            AgedTable::Jobs => (&tables.jobs, &["locked_until", "locked_at"][..]),
+        };
+        // NULL stays NULL: NULL minus an interval is NULL.
+        let assignments: Vec<String> =
+            columns.iter().map(|column| format!("{column} = {column} - INTERVAL ? MICROSECOND")).collect();
+        let filter = if table == AgedTable::Jobs || ids.is_empty() {
+            "TRUE".to_owned()
+        } else {
+            format!("id IN ({})", vec!["?"; ids.len()].join(", "))
+        };
+        let sql = format!("UPDATE {name} SET {} WHERE {filter}", assignments.join(", "));
+        let micros = i64::try_from(by.as_micros()).map_err(|_| Error::invalid_input("backdate too far"))?;
+        let mut query = sqlx::query(AssertSqlSafe(sql));
+        for _ in columns {
+            query = query.bind(micros);
+        }
+        if table != AgedTable::Jobs {
+            for id in ids {
+                query = query.bind(*id);
+            }
+        }
+        query.execute(dialect.pool()).await.map_err(sql_error("backdating"))?;
+        Ok(())
+    }
+
+    async fn dispose(&self, dialect: MySqlDialect) -> Result<()> {
+        let dropped = self.drop_tables(&dialect).await;
+        dialect.pool().close().await;
+        dropped
+    }
+}
+
+fn main() -> ExitCode {
+    let Ok(url) = std::env::var("ONCEBOX_MYSQL_URL") else {
+        return server_missing("mysql conformance", "ONCEBOX_MYSQL_URL");
+    };
+    let harness = Arc::new(MySqlHarness { url });
+    Suite::new()
+        .add("dao", harness.clone(), dao_suite::cases())
+        .add("engine", harness.clone(), engine_suite::cases())
+        .add("mysql", harness, mysql_cases::cases())
+        .run()
+}
