@@ -1,5 +1,5 @@
 //! The whole oncebox loop, end to end. By default it needs no servers: an SQLite file database
-//! and the in-memory broker. `--database-url postgres://…` and `--broker amqp://…` or
+//! and the in-memory broker. `--database-url postgres://…` (or `mysql://…`) and `--broker amqp://…` or
 //! `--broker kafka://host:port` run the same loop against real servers.
 //!
 //! 1. Orders are placed in business transactions that also publish an `order-placed` event; every
@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use oncebox::kafka::{KafkaEvent, KafkaListener, KafkaListenerConfig, KafkaSender, KafkaSenderConfig};
+use oncebox::mysql::MySqlDialect;
 use oncebox::postgres::PgDialect;
 use oncebox::rabbit::{
     RabbitEvent, RabbitListener, RabbitListenerConfig, RabbitSender, RabbitSenderConfig, RabbitTopology,
@@ -33,7 +34,7 @@ use uuid::Uuid;
 #[derive(Parser)]
 #[command(about = "Run the oncebox outbox → broker → inbox loop end to end")]
 struct Args {
-    /// `sqlite://path` or `postgres://…` (default: a fresh SQLite file in the temp dir).
+    /// `sqlite://path`, `postgres://…` or `mysql://…` (default: a fresh SQLite file in the temp dir).
     #[arg(long)]
     database_url: Option<String>,
     /// `memory` (in-process), `amqp://…` (RabbitMQ) or `kafka://host:port` (Kafka).
@@ -119,9 +120,9 @@ trait Shop: Clone + Send + Sync + 'static {
     fn shipments(&self) -> impl Future<Output = Result<i64, Failure>> + Send;
 }
 
-/// Both databases take the same SQL, so one implementation serves both.
+/// The databases take the same SQL but for their placeholders, so one implementation serves all.
 macro_rules! shop {
-    ($shop:ident, $dialect:ty, $database:ty) => {
+    ($shop:ident, $dialect:ty, $database:ty, $insert_order:literal, $insert_shipment:literal) => {
         #[derive(Clone)]
         struct $shop {
             pool: sqlx::Pool<$database>,
@@ -143,14 +144,12 @@ macro_rules! shop {
             ) -> Result<Vec<Uuid>, Failure> {
                 let mut tx = self.pool.begin().await?;
                 for order in orders {
-                    sqlx::query(
-                        "INSERT INTO quickstart_orders (id, customer, total_cents) VALUES ($1, $2, $3)",
-                    )
-                    .bind(order.order_id)
-                    .bind(&order.customer)
-                    .bind(order.total_cents)
-                    .execute(&mut *tx)
-                    .await?;
+                    sqlx::query($insert_order)
+                        .bind(order.order_id)
+                        .bind(&order.customer)
+                        .bind(order.total_cents)
+                        .execute(&mut *tx)
+                        .await?;
                 }
                 // One order: one event; several: one INSERT for all their events.
                 let ids = match orders {
@@ -176,7 +175,7 @@ macro_rules! shop {
                     tx.rollback().await?;
                     return Ok(Consumed::Duplicate);
                 }
-                sqlx::query("INSERT INTO quickstart_shipments (order_id, event_id) VALUES ($1, $2)")
+                sqlx::query($insert_shipment)
                     .bind(order.order_id)
                     .bind(id.to_string())
                     .execute(&mut *tx)
@@ -195,8 +194,27 @@ macro_rules! shop {
     };
 }
 
-shop!(SqliteShop, SqliteDialect, sqlx::Sqlite);
-shop!(PgShop, PgDialect, sqlx::Postgres);
+shop!(
+    SqliteShop,
+    SqliteDialect,
+    sqlx::Sqlite,
+    "INSERT INTO quickstart_orders (id, customer, total_cents) VALUES ($1, $2, $3)",
+    "INSERT INTO quickstart_shipments (order_id, event_id) VALUES ($1, $2)"
+);
+shop!(
+    PgShop,
+    PgDialect,
+    sqlx::Postgres,
+    "INSERT INTO quickstart_orders (id, customer, total_cents) VALUES ($1, $2, $3)",
+    "INSERT INTO quickstart_shipments (order_id, event_id) VALUES ($1, $2)"
+);
+shop!(
+    MySqlShop,
+    MySqlDialect,
+    sqlx::MySql,
+    "INSERT INTO quickstart_orders (id, customer, total_cents) VALUES (?, ?, ?)",
+    "INSERT INTO quickstart_shipments (order_id, event_id) VALUES (?, ?)"
+);
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -259,9 +277,16 @@ async fn run(args: Args) -> Result<bool, Failure> {
         let dialect = PgDialect::connect(&database_url).await?;
         let shop = PgShop { pool: dialect.pool().clone() };
         run_with(shop, dialect, broker, args.orders).await
+    } else if database_url.starts_with("mysql://") || database_url.starts_with("mariadb://") {
+        let dialect = MySqlDialect::connect(&database_url).await?;
+        let shop = MySqlShop { pool: dialect.pool().clone() };
+        run_with(shop, dialect, broker, args.orders).await
     } else {
-        Err(format!("unsupported --database-url '{}': use sqlite:// or postgres://", shown(&database_url))
-            .into())
+        Err(format!(
+            "unsupported --database-url '{}': use sqlite://, postgres:// or mysql://",
+            shown(&database_url)
+        )
+        .into())
     }
 }
 

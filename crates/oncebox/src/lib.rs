@@ -71,6 +71,11 @@ pub use oncebox_sqlite as sqlite;
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use oncebox_postgres as postgres;
 
+/// The MySQL / MariaDB dialect.
+#[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
+pub use oncebox_mysql as mysql;
+
 /// The Kafka transport.
 #[cfg(feature = "kafka")]
 #[cfg_attr(docsrs, doc(cfg(feature = "kafka")))]
