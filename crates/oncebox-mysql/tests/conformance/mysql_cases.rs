@@ -1,10 +1,466 @@
-//! Cases only MySQL/MariaDB have.
+//! Cases only MySQL/MariaDB have: the isolation level of the library's sessions and what it
+//! prevents, the claim index, chunked batch inserts, the mysql_async writer, several engines
+//! draining one table and fencing between them.
 
-use oncebox_testkit::runner::Case;
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use oncebox_core::config::{Config, EventSettings, Polling};
+use oncebox_core::engine::{Engine, EngineHandle, EngineParts};
+use oncebox_core::{Dialect, EventStatus, InboxWriter, NewOutboxEvent, OutboxWriter, Sender};
+use oncebox_mysql::{MySqlDialect, connect_options};
+use oncebox_testkit::dao_suite::{ids_of, new_events};
+use oncebox_testkit::runner::{Case, Failed, TestResult, fail};
+use oncebox_testkit::{DaoHarness, MemoryBroker, case, eventually, with_fresh};
+use sqlx::mysql::MySqlPoolOptions;
+use sqlx::{AssertSqlSafe, Executor, Row};
+use uuid::Uuid;
 
 use super::MySqlHarness;
 
 /// Every MySQL-only case.
 pub fn cases() -> Vec<Case<MySqlHarness>> {
-    vec![]
+    vec![
+        case!("library_sessions_run_at_read_committed", sessions_run_at_read_committed),
+        case!(
+            "a_claim_blocks_business_inserts_only_at_repeatable_read",
+            claim_gap_locks_only_at_repeatable_read
+        ),
+        case!("the_claim_scans_the_claim_index", claim_uses_the_claim_index),
+        case!("a_batch_of_1000_is_inserted_in_two_statements", batch_of_1000_in_two_statements),
+        case!("an_oversized_value_fails_the_publish_instead_of_truncating", oversized_value_fails),
+        case!("mysql_async_commit_delivers_and_rollback_never", mysql_async_commit_and_rollback),
+        case!("mysql_async_and_sqlx_writers_write_identical_rows", writers_write_identical_rows),
+        case!("mysql_async_inbox_records_follow_the_transaction", mysql_async_inbox_follows_tx),
+        case!("four_engines_drain_50000_events_each_once_without_errors", four_engines_drain_one_table),
+        case!("a_stalled_engine_is_fenced_by_a_second_engine", stalled_engine_fenced_by_another),
+    ]
+}
+
+const ORDERS: &str = "order-created";
+const TOPIC: &str = "orders";
+
+fn fast() -> Polling {
+    Polling::Adaptive {
+        initial_delay: Duration::ZERO,
+        min_delay: Duration::from_millis(10),
+        max_delay: Duration::from_millis(100),
+        multiplier: 2.0,
+    }
+}
+
+fn slow() -> Polling {
+    Polling::Adaptive {
+        initial_delay: Duration::ZERO,
+        min_delay: Duration::from_secs(5),
+        max_delay: Duration::from_secs(60),
+        multiplier: 2.0,
+    }
+}
+
+async fn start(
+    dialect: &MySqlDialect,
+    config: Config,
+    sender: Arc<dyn Sender>,
+) -> Result<EngineHandle, Failed> {
+    let mut parts = EngineParts::new(config);
+    parts.outbox = Some(dialect.outbox_dao());
+    parts.dlq = Some(dialect.dlq_dao());
+    parts.inbox = Some(dialect.inbox_dao());
+    parts.job_lock = Some(dialect.job_lock());
+    parts.sender = Some(sender);
+    Engine::start(parts).map_err(fail)
+}
+
+// ---- isolation --------------------------------------------------------------------------------
+
+async fn sessions_run_at_read_committed(harness: Arc<MySqlHarness>) -> TestResult {
+    with_fresh(harness, |_harness, dialect| async move {
+        let server = dialect.check_server().await.map_err(fail)?;
+        let query = format!("SELECT {}", server.isolation_variable());
+        // Every connection of the pool, not only the first.
+        let mut connections = Vec::new();
+        for _ in 0..3 {
+            connections.push(dialect.pool().acquire().await.map_err(fail)?);
+        }
+        for connection in &mut connections {
+            let (level,): (String,) = sqlx::query_as(AssertSqlSafe(query.clone()))
+                .fetch_one(&mut **connection)
+                .await
+                .map_err(fail)?;
+            assert_eq!(level, "READ-COMMITTED");
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// Holds a claim's locking read open at `isolation`, then tries to insert a new due event from a
+/// second session that waits at most one second for locks. Returns whether the insert got through.
+async fn insert_passes_open_claim(
+    dialect: &MySqlDialect,
+    url: &str,
+    isolation: &str,
+) -> Result<bool, Failed> {
+    let pool = MySqlPoolOptions::new()
+        .max_connections(2)
+        .connect_with(connect_options(url).map_err(fail)?)
+        .await
+        .map_err(fail)?;
+    let mut claimer = pool.acquire().await.map_err(fail)?;
+    let mut writer = pool.acquire().await.map_err(fail)?;
+    claimer
+        .execute(AssertSqlSafe(format!("SET SESSION TRANSACTION ISOLATION LEVEL {isolation}")))
+        .await
+        .map_err(fail)?;
+    writer.execute("SET SESSION innodb_lock_wait_timeout = 1").await.map_err(fail)?;
+    let table = &dialect.tables().events;
+    let prefix = dialect.tables().prefix();
+    claimer.execute("START TRANSACTION").await.map_err(fail)?;
+    // The claim's own locking read, as the dialect sends it, with a limit above the backlog.
+    let claimed = sqlx::query(AssertSqlSafe(format!(
+        "SELECT id FROM {table} FORCE INDEX ({prefix}outbox_events_claim) \
+         WHERE event_type = ? AND status = 'PENDING' AND next_retry_at <= UTC_TIMESTAMP(6) \
+         ORDER BY next_retry_at, id LIMIT 100 FOR UPDATE SKIP LOCKED"
+    )))
+    .bind(ORDERS)
+    .fetch_all(&mut *claimer)
+    .await
+    .map_err(fail)?;
+    assert_eq!(claimed.len(), 3);
+    let mut tx = sqlx::Connection::begin(&mut *writer).await.map_err(fail)?;
+    let inserted = dialect.writer().write(&mut tx, &new_events(ORDERS, 1)).await;
+    let passed = match inserted {
+        Ok(()) => {
+            tx.commit().await.map_err(fail)?;
+            true
+        }
+        Err(error) => {
+            assert!(error.is_temporary(), "a lock wait timeout is temporary: {error}");
+            tx.rollback().await.map_err(fail)?;
+            false
+        }
+    };
+    claimer.execute("ROLLBACK").await.map_err(fail)?;
+    drop((claimer, writer));
+    pool.close().await;
+    Ok(passed)
+}
+
+async fn claim_gap_locks_only_at_repeatable_read(harness: Arc<MySqlHarness>) -> TestResult {
+    with_fresh(harness, |harness, dialect| async move {
+        harness.publish(&dialect, &new_events(ORDERS, 3), true).await.map_err(fail)?;
+        // At REPEATABLE READ the locking read locks the gap after the last due row, exactly where
+        // a new event goes: the business transaction waits for the claim (and times out here).
+        let passed = insert_passes_open_claim(&dialect, harness.url(), "REPEATABLE READ").await?;
+        assert!(!passed, "at REPEATABLE READ the insert waits for the claim's gap lock");
+        // At READ COMMITTED, the level of every library session, it goes straight through.
+        let passed = insert_passes_open_claim(&dialect, harness.url(), "READ COMMITTED").await?;
+        assert!(passed, "at READ COMMITTED the insert does not wait for the claim");
+        Ok(())
+    })
+    .await
+}
+
+async fn claim_uses_the_claim_index(harness: Arc<MySqlHarness>) -> TestResult {
+    with_fresh(harness, |harness, dialect| async move {
+        for event_type in [ORDERS, "payment-received"] {
+            harness.publish(&dialect, &new_events(event_type, 200), true).await.map_err(fail)?;
+        }
+        let table = &dialect.tables().events;
+        let prefix = dialect.tables().prefix();
+        let plan = sqlx::query(AssertSqlSafe(format!(
+            "EXPLAIN SELECT id FROM {table} FORCE INDEX ({prefix}outbox_events_claim) \
+             WHERE event_type = 'order-created' AND status = 'PENDING' AND next_retry_at <= UTC_TIMESTAMP(6) \
+             ORDER BY next_retry_at, id LIMIT 10 FOR UPDATE SKIP LOCKED"
+        )))
+        .fetch_one(dialect.pool())
+        .await
+        .map_err(fail)?;
+        let key: Option<String> = plan.try_get("key").map_err(fail)?;
+        let extra: Option<String> = plan.try_get("Extra").map_err(fail)?;
+        assert_eq!(key.as_deref(), Some(format!("{prefix}outbox_events_claim").as_str()));
+        assert!(!extra.unwrap_or_default().contains("filesort"), "the index gives the claim order, no sort");
+        Ok(())
+    })
+    .await
+}
+
+// ---- the writer -------------------------------------------------------------------------------
+
+/// Reads the server's count of INSERT statements run by this session so far.
+async fn inserts_so_far(connection: &mut sqlx::MySqlConnection) -> Result<i64, Failed> {
+    let row = sqlx::query("SHOW SESSION STATUS LIKE 'Com_insert'")
+        .fetch_one(&mut *connection)
+        .await
+        .map_err(fail)?;
+    let value: String = row.try_get(1).map_err(fail)?;
+    value.parse().map_err(fail)
+}
+
+async fn batch_of_1000_in_two_statements(harness: Arc<MySqlHarness>) -> TestResult {
+    with_fresh(harness, |_harness, dialect| async move {
+        let events = new_events(ORDERS, 1000);
+        let mut connection = dialect.pool().acquire().await.map_err(fail)?;
+        let before = inserts_so_far(&mut connection).await?;
+        let mut tx = sqlx::Connection::begin(&mut *connection).await.map_err(fail)?;
+        dialect.writer().write(&mut tx, &events).await.map_err(fail)?;
+        tx.commit().await.map_err(fail)?;
+        let after = inserts_so_far(&mut connection).await?;
+        assert_eq!(after - before, 2, "1000 rows in chunks of 500");
+        let counts = dialect.outbox_dao().counts().await.map_err(fail)?;
+        assert_eq!(counts.status_total(EventStatus::Pending), 1000);
+        Ok(())
+    })
+    .await
+}
+
+async fn oversized_value_fails(harness: Arc<MySqlHarness>) -> TestResult {
+    with_fresh(harness, |harness, dialect| async move {
+        let mut events = new_events(ORDERS, 2);
+        events[1].partition_key = Some("k".repeat(300));
+        let error = harness.publish(&dialect, &events, true).await.err().ok_or_else(|| fail("accepted"))?;
+        assert!(!error.is_temporary(), "{error}");
+        assert!(error.to_string().contains("writing outbox events"), "{error}");
+        let counts = dialect.outbox_dao().counts().await.map_err(fail)?;
+        assert_eq!(counts.status_total(EventStatus::Pending), 0, "nothing of the batch was stored");
+        Ok(())
+    })
+    .await
+}
+
+// ---- the mysql_async writer -------------------------------------------------------------------
+
+async fn mysql_async_pool(harness: &MySqlHarness) -> Result<mysql_async::Pool, Failed> {
+    let options = mysql_async::Opts::from_url(harness.url()).map_err(fail)?;
+    Ok(mysql_async::Pool::new(options))
+}
+
+async fn publish_mysql_async(
+    pool: &mysql_async::Pool,
+    dialect: &MySqlDialect,
+    events: &[NewOutboxEvent],
+    commit: bool,
+) -> TestResult {
+    let mut connection = pool.get_conn().await.map_err(fail)?;
+    let mut tx = connection.start_transaction(mysql_async::TxOpts::default()).await.map_err(fail)?;
+    dialect.writer().write(&mut tx, events).await.map_err(fail)?;
+    if commit { tx.commit().await.map_err(fail) } else { tx.rollback().await.map_err(fail) }
+}
+
+async fn mysql_async_commit_and_rollback(harness: Arc<MySqlHarness>) -> TestResult {
+    with_fresh(harness, |harness, dialect| async move {
+        let pool = mysql_async_pool(&harness).await?;
+        let rolled_back = new_events(ORDERS, 3);
+        publish_mysql_async(&pool, &dialect, &rolled_back, false).await?;
+        let committed = new_events(ORDERS, 1000);
+        publish_mysql_async(&pool, &dialect, &committed, true).await?;
+        publish_mysql_async(&pool, &dialect, &[], true).await?;
+
+        let broker = MemoryBroker::new();
+        let config = Config::builder()
+            .event(ORDERS, EventSettings::new(TOPIC).polling(fast()))
+            .build()
+            .map_err(fail)?;
+        let engine = start(&dialect, config, Arc::new(broker.clone())).await?;
+        let delivered = eventually("the committed events are delivered", Duration::from_secs(60), || {
+            let broker = broker.clone();
+            async move { Ok(broker.delivery_counts().len() == 1000) }
+        })
+        .await;
+        engine.shutdown(Duration::from_secs(10)).await.map_err(fail)?;
+        pool.disconnect().await.map_err(fail)?;
+        delivered?;
+        let counts = broker.delivery_counts();
+        assert!(ids_of(&committed).iter().all(|id| counts.contains_key(id)), "every committed event");
+        assert!(rolled_back.iter().all(|event| !counts.contains_key(&event.id)), "rolled back never");
+        Ok(())
+    })
+    .await
+}
+
+async fn writers_write_identical_rows(harness: Arc<MySqlHarness>) -> TestResult {
+    with_fresh(harness, |harness, dialect| async move {
+        let pool = mysql_async_pool(&harness).await?;
+        let shaped = |event: &mut NewOutboxEvent| {
+            event.headers.insert(
+                "traceparent".into(),
+                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into(),
+            );
+            event.headers.insert("note".into(), "quotes \" and ünïcödé ✓".into());
+            event.partition_key = Some("customer-7".into());
+            event.payload = "{\"emoji\":\"🚀\",\"text\":\"'); DROP TABLE x; --\"}".into();
+        };
+        let mut by_sqlx = new_events(ORDERS, 2);
+        let mut by_mysql_async = new_events(ORDERS, 2);
+        shaped(&mut by_sqlx[0]);
+        shaped(&mut by_mysql_async[0]);
+        harness.publish(&dialect, &by_sqlx, true).await.map_err(fail)?;
+        publish_mysql_async(&pool, &dialect, &by_mysql_async, true).await?;
+        pool.disconnect().await.map_err(fail)?;
+
+        let outbox = dialect.outbox_dao();
+        for (sqlx_event, async_event) in by_sqlx.iter().zip(&by_mysql_async) {
+            let comparable = |mut row: oncebox_core::OutboxEvent| {
+                assert_eq!(row.created_at, row.updated_at);
+                assert_eq!(row.created_at, row.next_retry_at);
+                row.id = Uuid::nil();
+                row.created_at = chrono::DateTime::UNIX_EPOCH;
+                row.updated_at = chrono::DateTime::UNIX_EPOCH;
+                row.next_retry_at = chrono::DateTime::UNIX_EPOCH;
+                row
+            };
+            let written_by_sqlx =
+                outbox.get(sqlx_event.id).await.map_err(fail)?.ok_or_else(|| fail("missing"))?;
+            let written_by_async =
+                outbox.get(async_event.id).await.map_err(fail)?.ok_or_else(|| fail("missing"))?;
+            assert_eq!(written_by_sqlx.headers, sqlx_event.headers);
+            assert_eq!(written_by_sqlx.payload, sqlx_event.payload);
+            assert_eq!(comparable(written_by_sqlx), comparable(written_by_async));
+        }
+        Ok(())
+    })
+    .await
+}
+
+async fn mysql_async_inbox_follows_tx(harness: Arc<MySqlHarness>) -> TestResult {
+    with_fresh(harness, |harness, dialect| async move {
+        let pool = mysql_async_pool(&harness).await?;
+        let writer = dialect.writer();
+        let ids: Vec<Uuid> = (0..3).map(|_| Uuid::now_v7()).collect();
+        let mut connection = pool.get_conn().await.map_err(fail)?;
+
+        let mut tx = connection.start_transaction(mysql_async::TxOpts::default()).await.map_err(fail)?;
+        assert!(writer.record(&mut tx, "shipping", ids[0]).await.map_err(fail)?);
+        tx.rollback().await.map_err(fail)?;
+
+        let mut tx = connection.start_transaction(mysql_async::TxOpts::default()).await.map_err(fail)?;
+        let new = writer.record_many(&mut tx, "shipping", &[ids[0], ids[1], ids[1]]).await.map_err(fail)?;
+        assert_eq!(new, vec![ids[0], ids[1]], "the rolled-back record is gone; a repeated id counts once");
+        assert!(!writer.record(&mut tx, "shipping", ids[0]).await.map_err(fail)?, "duplicate in the same tx");
+        assert!(writer.record(&mut tx, "billing", ids[0]).await.map_err(fail)?, "consumers are separate");
+        tx.commit().await.map_err(fail)?;
+        drop(connection);
+        pool.disconnect().await.map_err(fail)?;
+
+        let recorded = dialect.inbox_dao().consumed("shipping", &ids).await.map_err(fail)?;
+        assert_eq!(recorded, vec![ids[0], ids[1]]);
+        Ok(())
+    })
+    .await
+}
+
+// ---- several instances ------------------------------------------------------------------------
+
+async fn four_engines_drain_one_table(harness: Arc<MySqlHarness>) -> TestResult {
+    with_fresh(harness, |harness, dialect| async move {
+        const TYPES: [&str; 3] = ["order-created", "payment-received", "order-shipped"];
+        let mut published = HashSet::new();
+        for round in 0..50 {
+            let events = new_events(TYPES[round % 3], 1000);
+            published.extend(ids_of(&events));
+            harness.publish(&dialect, &events, true).await.map_err(fail)?;
+        }
+        let broker = MemoryBroker::new();
+        let mut builder = Config::builder();
+        for event_type in TYPES {
+            builder = builder.event(event_type, EventSettings::new(TOPIC).batch_size(250).polling(fast()));
+        }
+        let config = builder.build().map_err(fail)?;
+        let mut instances = Vec::new();
+        for _ in 0..4 {
+            // Each instance has its own pool, as separate processes would.
+            let instance = harness.dialect(dialect.tables().prefix(), 4).await.map_err(fail)?;
+            let engine = start(&instance, config.clone(), Arc::new(broker.clone())).await?;
+            instances.push((instance, engine));
+        }
+        let drained = eventually("50,000 events are delivered", Duration::from_secs(300), || {
+            let broker = broker.clone();
+            async move { Ok(broker.delivery_counts().len() >= 50_000) }
+        })
+        .await;
+        let mut stats = Vec::new();
+        for (instance, engine) in instances {
+            engine.shutdown(Duration::from_secs(30)).await.map_err(fail)?;
+            stats.push(engine.stats());
+            instance.pool().close().await;
+        }
+        drained?;
+        let counts = broker.delivery_counts();
+        assert_eq!(counts.len(), 50_000);
+        assert!(published.iter().all(|id| counts.contains_key(id)), "every published id is delivered");
+        let twice = counts.values().filter(|n| **n > 1).count();
+        assert_eq!(twice, 0, "no crash, so no id is sent twice");
+        assert_eq!(stats.iter().map(|s| s.claimed).sum::<u64>(), 50_000, "claims never overlap: {stats:?}");
+        assert_eq!(
+            stats.iter().map(|s| s.task_errors).sum::<u64>(),
+            0,
+            "no deadlock or lock wait: {stats:?}"
+        );
+        assert!(stats.iter().filter(|s| s.claimed > 0).count() >= 2, "the work was shared: {stats:?}");
+        let totals = dialect.outbox_dao().counts().await.map_err(fail)?;
+        assert_eq!(totals.status_total(EventStatus::Processed), 50_000);
+        Ok(())
+    })
+    .await
+}
+
+async fn stalled_engine_fenced_by_another(harness: Arc<MySqlHarness>) -> TestResult {
+    with_fresh(harness, |harness, dialect| async move {
+        let events = new_events(ORDERS, 10);
+        harness.publish(&dialect, &events, true).await.map_err(fail)?;
+        // The first engine's broker takes 4 s per batch, and it would recover stuck rows only
+        // after an hour; its poller, once short, sleeps 10 s.
+        let stalling = MemoryBroker::new();
+        stalling.set_send_delay(Duration::from_secs(4));
+        let stalled_config = Config::builder()
+            .event(ORDERS, EventSettings::new(TOPIC).polling(slow()))
+            .emergency_timeout(Duration::from_secs(30))
+            .stuck_recovery(Duration::from_secs(3600), fast())
+            .build()
+            .map_err(fail)?;
+        let stalled_instance = harness.dialect(dialect.tables().prefix(), 4).await.map_err(fail)?;
+        let stalled = start(&stalled_instance, stalled_config, Arc::new(stalling.clone())).await?;
+        eventually("the first engine is sending its batch", Duration::from_secs(10), || {
+            let stalling = stalling.clone();
+            async move { Ok(stalling.batches() >= 1) }
+        })
+        .await?;
+
+        // The second engine considers a batch stuck after 1 s.
+        let healthy = MemoryBroker::new();
+        let healthy_config = Config::builder()
+            .event(ORDERS, EventSettings::new(TOPIC).polling(fast()))
+            .emergency_timeout(Duration::from_millis(500))
+            .stuck_recovery(Duration::from_secs(1), fast())
+            .build()
+            .map_err(fail)?;
+        let rescuer = start(&dialect, healthy_config, Arc::new(healthy.clone())).await?;
+        let outcome = async {
+            eventually("the second engine delivers the recovered batch", Duration::from_secs(20), || {
+                let healthy = healthy.clone();
+                async move { Ok(healthy.delivery_counts().len() == 10) }
+            })
+            .await?;
+            eventually("the stalled engine's late settle is refused", Duration::from_secs(20), || {
+                let stalled = stalled.clone();
+                async move { Ok(stalled.stats().refused_settles >= 10) }
+            })
+            .await?;
+            let outbox = dialect.outbox_dao();
+            for id in ids_of(&events) {
+                let row = outbox.get(id).await.map_err(fail)?.ok_or_else(|| fail("row gone"))?;
+                assert_eq!(row.status, EventStatus::Processed, "the second engine's outcome stands");
+                assert_eq!(row.attempts, 1, "recovery and the refused settle count no attempt");
+            }
+            Ok::<_, Failed>(())
+        }
+        .await;
+        stalled.shutdown(Duration::from_secs(10)).await.map_err(fail)?;
+        rescuer.shutdown(Duration::from_secs(10)).await.map_err(fail)?;
+        stalled_instance.pool().close().await;
+        outcome
+    })
+    .await
 }
