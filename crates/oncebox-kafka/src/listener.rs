@@ -3,8 +3,10 @@
 //!
 //! What happens to a record:
 //! * handler succeeded, or the inbox says the event was consumed before → its offset is committed;
-//! * handler failed → nothing is committed; the partition is paused, rewound to the record and
-//!   resumed after a backoff, so the record runs again (other partitions keep flowing). With
+//! * handler failed → nothing is committed; the record, kept in memory, runs again after a
+//!   backoff (other partitions keep flowing); later records of its partition wait behind it in
+//!   order (the partition is paused once 10,000 wait). Stopping the listener meanwhile commits
+//!   nothing for the record, so it is delivered again. With
 //!   [`max_attempts`](KafkaListenerConfig::with_max_attempts) the record is treated as poison once
 //!   the attempts are used up;
 //! * poison (missing or malformed `oncebox_event_id`, no `oncebox_event_type`, no handler for the
@@ -13,7 +15,7 @@
 //!   paused) at that record until the listener restarts or the group rebalances. Never committed
 //!   silently.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -41,9 +43,10 @@ pub const HEADER_DEAD_LETTER_REASON: &str = "oncebox_dead_letter_reason";
 pub const HEADER_DEAD_LETTER_SOURCE: &str = "oncebox_dead_letter_source";
 /// Pause after a consumer error before polling again, so a broken connection is not spun on.
 const CONSUMER_ERROR_PAUSE: Duration = Duration::from_millis(100);
+/// Records of a partition kept in memory behind a record that waits for a retry; at this many the
+/// partition is paused until they ran.
+const MAX_QUEUED_BEHIND: usize = 10_000;
 /// Bound on producing one record to the dead-letter topic.
-/// Bound on rewinding a resumed partition (a blocking librdkafka call).
-const SEEK_TIMEOUT: Duration = Duration::from_secs(5);
 const DEAD_LETTER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A record as a handler receives it: the decoded `oncebox_*` headers, where it came from, and the
@@ -281,15 +284,34 @@ impl ConsumerContext for ListenerContext {
 
 type ListenerConsumer = StreamConsumer<ListenerContext>;
 
-/// Why a partition is held back.
-#[derive(Debug, Clone, Copy)]
+/// A partition held back at a record that must wait: a failed handler's backoff, or a poison
+/// record without a dead-letter topic.
+///
+/// The waiting record is kept in memory and run again from there, never fetched again: no seek,
+/// and no pause while fewer than [`MAX_QUEUED_BEHIND`] records wait behind it, so a retry never
+/// depends on the broker answering a fetch that starts inside a record batch (tansu 0.6 answers
+/// none).
 struct Hold {
-    /// The record the partition was rewound to; anything else arriving first is a stale prefetch.
-    offset: i64,
+    /// The record that runs again.
+    record: OwnedMessage,
     /// Failed runs of that record so far.
     attempts: u32,
-    /// When to resume the partition; `None` when it stopped at a poison record.
-    resume_at: Option<Instant>,
+    /// When to run it again; `None` when the partition stopped at a poison record.
+    retry_at: Option<Instant>,
+    /// Records of the partition that arrived after it, in offset order.
+    queued: VecDeque<OwnedMessage>,
+    /// Whether the partition is paused.
+    paused: bool,
+}
+
+impl Hold {
+    /// Queues `record` behind the held one unless it is a copy of one already here.
+    fn queue(&mut self, record: OwnedMessage) {
+        let last = self.queued.back().map_or(self.record.offset(), OwnedMessage::offset);
+        if record.offset() > last {
+            self.queued.push_back(record);
+        }
+    }
 }
 
 type PartitionKey = (String, i32);
@@ -430,15 +452,16 @@ impl KafkaListener {
     ) -> Result<()> {
         let mut holds: HashMap<PartitionKey, Hold> = HashMap::new();
         loop {
-            let next_resume = holds.values().filter_map(|hold| hold.resume_at).min();
+            let next_retry = holds.values().filter_map(|hold| hold.retry_at).min();
             let received = tokio::select! {
                 biased;
-                _ = stopping.wait_for(|stop| *stop) => return Ok(()),
-                () = sleep_until_some(next_resume) => {
-                    self.resume_due(consumer, &mut holds);
-                    continue;
-                }
-                received = consumer.recv() => received.map(|message| message.detach()),
+                () = stopped(&mut stopping) => return Ok(()),
+                () = sleep_until_some(next_retry) => None,
+                received = consumer.recv() => Some(received.map(|message| message.detach())),
+            };
+            let Some(received) = received else {
+                self.retry_due(consumer, &mut holds, committed).await;
+                continue;
             };
             self.forget_reassigned(consumer, &mut holds);
             let record = match received {
@@ -453,53 +476,90 @@ impl KafkaListener {
                 }
             };
             let key = (record.topic().to_owned(), record.partition());
-            let attempts = match holds.get(&key) {
-                // Fetched before the pause or seek took effect; it comes again after the held record.
-                Some(hold) if hold.resume_at.is_none() || hold.offset != record.offset() => continue,
-                Some(hold) => hold.attempts,
-                None => 0,
-            };
+            // A record handled before (a fetch from an older position) is not run again.
+            if committed.get(&key).is_some_and(|next| record.offset() < *next) {
+                continue;
+            }
+            if let Some(hold) = holds.get_mut(&key) {
+                // The partition goes on being fetched while its record waits; what arrives waits,
+                // in order, behind it, up to a bound on memory.
+                hold.queue(record);
+                if !hold.paused && hold.queued.len() >= MAX_QUEUED_BEHIND {
+                    self.pause(consumer, &key);
+                    hold.paused = true;
+                }
+                continue;
+            }
             // Not raced against `stopping`: a record in hand is handled and settled first.
+            let fresh = Hold { record, attempts: 0, retry_at: None, queued: VecDeque::new(), paused: false };
+            self.run_partition(consumer, key, fresh, &mut holds, committed).await;
+        }
+    }
+
+    /// Runs the held record, then the records queued behind it, in order, until one must wait:
+    /// that one becomes the partition's hold. When all succeeded, a paused partition is resumed.
+    async fn run_partition(
+        &self,
+        consumer: &ListenerConsumer,
+        key: PartitionKey,
+        hold: Hold,
+        holds: &mut HashMap<PartitionKey, Hold>,
+        committed: &mut HashMap<PartitionKey, i64>,
+    ) {
+        let Hold { record, attempts, mut queued, paused, .. } = hold;
+        let mut next = Some((record, attempts));
+        while let Some((record, attempts)) = next {
             match self.process(consumer, &record, attempts).await {
                 Settled::Committed => {
-                    holds.remove(&key);
-                    committed.insert(key, record.offset() + 1);
+                    committed.insert(key.clone(), record.offset() + 1);
+                    next = queued.pop_front().map(|record| (record, 0));
                 }
-                Settled::Hold(hold) => {
-                    self.hold(consumer, &record);
-                    holds.insert(key, hold);
+                Settled::Wait { attempts, retry_at } => {
+                    // A stopped partition fetches nothing more; a retried one pauses only once
+                    // enough records wait behind it.
+                    let pause = !paused && (retry_at.is_none() || queued.len() >= MAX_QUEUED_BEHIND);
+                    if pause {
+                        self.pause(consumer, &key);
+                    }
+                    let paused = paused || pause;
+                    holds.insert(key, Hold { record, attempts, retry_at, queued, paused });
+                    return;
                 }
+            }
+        }
+        if paused {
+            // librdkafka resumes fetching after the last record it handed out, which is the last
+            // one queued here, so nothing is skipped; a record fetched twice is skipped by offset.
+            let (topic, partition) = (&key.0, key.1);
+            if let Err(error) = consumer.resume(&partition_list(topic, partition)) {
+                tracing::warn!(%error, topic, partition, "could not resume a Kafka partition");
             }
         }
     }
 
-    /// Pauses the record's partition and rewinds it to the record, so it is fetched again on resume.
-    fn hold(&self, consumer: &ListenerConsumer, record: &OwnedMessage) {
-        let (topic, partition) = (record.topic(), record.partition());
-        if let Err(error) = consumer.pause(&partition_list(topic, partition)) {
+    /// Pauses a partition so nothing more of it is fetched.
+    fn pause(&self, consumer: &ListenerConsumer, (topic, partition): &PartitionKey) {
+        if let Err(error) = consumer.pause(&partition_list(topic, *partition)) {
             tracing::warn!(%error, topic, partition, "could not pause a Kafka partition");
-        }
-        // Zero timeout: the seek is queued and takes effect before the partition fetches again.
-        if let Err(error) = consumer.seek(topic, partition, Offset::Offset(record.offset()), Duration::ZERO) {
-            tracing::warn!(%error, topic, partition, "could not rewind a Kafka partition");
         }
     }
 
-    fn resume_due(&self, consumer: &ListenerConsumer, holds: &mut HashMap<PartitionKey, Hold>) {
+    /// Runs again every held record whose backoff has passed.
+    async fn retry_due(
+        &self,
+        consumer: &ListenerConsumer,
+        holds: &mut HashMap<PartitionKey, Hold>,
+        committed: &mut HashMap<PartitionKey, i64>,
+    ) {
         let now = Instant::now();
-        for ((topic, partition), hold) in holds.iter_mut() {
-            if hold.resume_at.is_some_and(|at| at <= now) {
-                hold.resume_at = Some(far_future());
-                if let Err(error) = consumer.resume(&partition_list(topic, *partition)) {
-                    tracing::warn!(%error, topic, partition, "could not resume a Kafka partition");
-                }
-                // A seek on a paused partition is not kept by librdkafka once it resumes, so the
-                // rewind is repeated now that it fetches again.
-                if let Err(error) =
-                    consumer.seek(topic, *partition, Offset::Offset(hold.offset), SEEK_TIMEOUT)
-                {
-                    tracing::warn!(%error, topic, partition, "could not rewind a Kafka partition");
-                }
+        let due: Vec<PartitionKey> = holds
+            .iter()
+            .filter(|(_, hold)| hold.retry_at.is_some_and(|at| at <= now))
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in due {
+            if let Some(hold) = holds.remove(&key) {
+                self.run_partition(consumer, key, hold, holds, committed).await;
             }
         }
     }
@@ -553,11 +613,7 @@ impl KafkaListener {
                 let retry_in = self.config.retry_delay(attempts);
                 tracing::warn!(%id, attempts, ?retry_in, %error, "handler failed; the record runs again after a pause");
                 self.report(KafkaOutcome::Retrying { id, attempts, retry_in, error: error.to_string() });
-                Settled::Hold(Hold {
-                    offset: record.offset(),
-                    attempts,
-                    resume_at: Some(Instant::now() + retry_in),
-                })
+                Settled::Wait { attempts, retry_at: Some(Instant::now() + retry_in) }
             }
         }
     }
@@ -590,7 +646,7 @@ impl KafkaListener {
         else {
             tracing::error!(%topic, partition, offset, "no dead-letter topic: the partition stops at the poison record");
             self.report(KafkaOutcome::PartitionStopped { id, topic, partition, offset, reason });
-            return Settled::Hold(Hold { offset, attempts, resume_at: None });
+            return Settled::Wait { attempts, retry_at: None };
         };
         match self.dead_letter(producer, dead_letter_topic, record, &reason).await {
             Ok(()) => {
@@ -602,7 +658,7 @@ impl KafkaListener {
                 let attempts = attempts.saturating_add(1);
                 let retry_in = self.config.retry_delay(attempts);
                 tracing::warn!(%error, ?retry_in, "could not dead-letter a poison record; trying again after a pause");
-                Settled::Hold(Hold { offset, attempts, resume_at: Some(Instant::now() + retry_in) })
+                Settled::Wait { attempts, retry_at: Some(Instant::now() + retry_in) }
             }
         }
     }
@@ -638,12 +694,16 @@ impl KafkaListener {
 /// What to do with a record's partition after the record was handled.
 enum Settled {
     Committed,
-    Hold(Hold),
+    /// The record waits: retried at `retry_at`, or never (`None`, a stopped partition).
+    Wait {
+        attempts: u32,
+        retry_at: Option<Instant>,
+    },
 }
 
-/// Far enough ahead that a resumed hold never fires again while it waits for its record.
-fn far_future() -> Instant {
-    Instant::now() + Duration::from_secs(86_400 * 365)
+/// Completes once `stopping` turns true (or its sender is gone).
+async fn stopped(stopping: &mut watch::Receiver<bool>) {
+    let _ = stopping.wait_for(|stop| *stop).await;
 }
 
 async fn sleep_until_some(deadline: Option<Instant>) {

@@ -1,0 +1,435 @@
+//! The inbox listener against a real Kafka-protocol broker (`ONCEBOX_KAFKA_BOOTSTRAP`, default
+//! `127.0.0.1:9092` under `CI=true`) with the SQLite inbox. Every test uses its own topics and
+//! consumer group; what was committed is read back from the group coordinator, never from
+//! watermarks.
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use oncebox_core::event::{HEADER_EVENT_ID, HEADER_EVENT_TYPE, HEADER_PAYLOAD_TYPE};
+use oncebox_core::{Dialect, Error, ErrorKind, Headers, Inbox, OutboundMessage, SchemaPlan, Sender};
+use oncebox_kafka::{
+    HEADER_DEAD_LETTER_REASON, HEADER_DEAD_LETTER_SOURCE, KafkaEvent, KafkaListener, KafkaListenerConfig,
+    KafkaOutcome, KafkaSender, KafkaSenderConfig,
+};
+use oncebox_sqlite::SqliteDialect;
+use oncebox_testkit::case;
+use oncebox_testkit::runner::{Case, Failed, Suite, TestResult, fail};
+use serde::Deserialize;
+use tokio::sync::{broadcast, oneshot};
+use tokio::task::JoinHandle;
+use uuid::Uuid;
+
+use support::{committed_offset, create_topics, fresh_name, produce_raw, raw_producer, read_topic};
+
+const EVENT_TYPE: &str = "order-created";
+/// How long to wait for something the test expects before giving up.
+const WAIT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+struct OrderCreated {
+    index: u32,
+}
+
+struct Harness {
+    bootstrap: String,
+}
+
+/// What the effect does: count its runs, fail the first `fail_first`, and keep what it received.
+#[derive(Default)]
+struct Effect {
+    calls: AtomicUsize,
+    fail_first: usize,
+    received: Mutex<Vec<KafkaEvent<OrderCreated>>>,
+}
+
+impl Effect {
+    fn failing(fail_first: usize) -> Arc<Self> {
+        Arc::new(Self { fail_first, ..Self::default() })
+    }
+
+    fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+/// Topics, a consumer group, an inbox database and a running listener.
+struct Fixture {
+    bootstrap: String,
+    topic: String,
+    dead_letter_topic: Option<String>,
+    group: String,
+    database: PathBuf,
+    inbox: Inbox<()>,
+    outcomes: broadcast::Receiver<KafkaOutcome>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<oncebox_core::Result<()>>>,
+}
+
+impl Fixture {
+    /// Fresh topics (and a dead-letter topic when `dead_letter`), then a listener in a fresh group.
+    async fn start(harness: &Harness, effect: Arc<Effect>, dead_letter: bool) -> Result<Self, Failed> {
+        let topic = fresh_name("orders");
+        let dead_letter_topic = dead_letter.then(|| fresh_name("orders-dlt"));
+        let mut topics = vec![topic.as_str()];
+        topics.extend(dead_letter_topic.as_deref());
+        create_topics(&harness.bootstrap, &topics).await.map_err(fail)?;
+        let group = fresh_name("billing");
+        let database = std::env::temp_dir().join(format!("{group}.db"));
+        let dialect = SqliteDialect::connect(&database.to_string_lossy()).await.map_err(fail)?;
+        dialect
+            .create_schema(SchemaPlan { outbox: false, dlq: false, inbox: true, jobs: false })
+            .await
+            .map_err(fail)?;
+        let inbox: Inbox<()> = Inbox::new("billing", dialect.inbox_dao(), ());
+        let mut fixture = Self {
+            bootstrap: harness.bootstrap.clone(),
+            topic,
+            dead_letter_topic,
+            group,
+            database,
+            inbox,
+            outcomes: broadcast::channel(1).1,
+            stop: None,
+            task: None,
+        };
+        fixture.listen(effect).map_err(fail)?;
+        Ok(fixture)
+    }
+
+    fn config(&self) -> KafkaListenerConfig {
+        let config =
+            KafkaListenerConfig::new(self.bootstrap.clone(), self.group.clone(), [self.topic.clone()])
+                .with_retry_backoff(Duration::from_millis(50), Duration::from_millis(200))
+                .with_shutdown_grace(Duration::from_secs(10));
+        match &self.dead_letter_topic {
+            Some(topic) => config.with_dead_letter_topic(topic.clone()),
+            None => config,
+        }
+    }
+
+    /// Starts a listener in the fixture's group whose effect is `effect`, through the inbox.
+    fn listen(&mut self, effect: Arc<Effect>) -> oncebox_core::Result<()> {
+        let listener = KafkaListener::builder(self.config())
+            .on_once(EVENT_TYPE, self.inbox.clone(), move |event: KafkaEvent<OrderCreated>| {
+                let effect = effect.clone();
+                async move {
+                    let call = effect.calls.fetch_add(1, Ordering::SeqCst);
+                    if call < effect.fail_first {
+                        return Err(Error::temporary(
+                            ErrorKind::Other,
+                            format!("effect for order {} failed on purpose", event.payload.index),
+                        ));
+                    }
+                    effect.received.lock().map_err(|_| Error::new(ErrorKind::Other, "poisoned"))?.push(event);
+                    Ok(())
+                }
+            })
+            .build()?;
+        self.outcomes = listener.outcomes();
+        let (stop, stopped) = oneshot::channel::<()>();
+        self.stop = Some(stop);
+        self.task = Some(tokio::spawn(async move {
+            listener
+                .run(async move {
+                    let _ = stopped.await;
+                })
+                .await
+        }));
+        Ok(())
+    }
+
+    /// Stops the listener; the outcomes it reported stay readable.
+    async fn stop(&mut self) -> TestResult {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await.map_err(fail)?.map_err(fail)?;
+        }
+        Ok(())
+    }
+
+    fn sender(&self) -> Result<KafkaSender, Failed> {
+        KafkaSender::new(KafkaSenderConfig::new(self.bootstrap.clone()).with_emergency_timeout(WAIT))
+            .map_err(fail)
+    }
+
+    async fn send(&self, sender: &KafkaSender, message: &OutboundMessage) -> TestResult {
+        match sender.send(std::slice::from_ref(message)).await.pop() {
+            Some(Ok(())) => Ok(()),
+            Some(Err(error)) => Err(fail(format!("could not send {}: {error}", message.id))),
+            None => Err(fail("no result for a one-message batch")),
+        }
+    }
+
+    fn message(&self, index: u32) -> OutboundMessage {
+        let id = Uuid::now_v7();
+        OutboundMessage {
+            id,
+            event_type: EVENT_TYPE.to_owned(),
+            topic: self.topic.clone(),
+            key: format!("customer-{index}"),
+            payload: format!("{{\"index\":{index}}}"),
+            payload_type: "OrderCreated".to_owned(),
+            headers: Headers::from([("traceparent".to_owned(), format!("00-trace-{index}-01"))]),
+            created_at: chrono::Utc::now(),
+        }
+    }
+
+    async fn next_outcome(&mut self) -> Result<KafkaOutcome, Failed> {
+        match tokio::time::timeout(WAIT, self.outcomes.recv()).await {
+            Ok(Ok(outcome)) => Ok(outcome),
+            Ok(Err(error)) => Err(fail(format!("outcome stream: {error}"))),
+            Err(_) => Err(fail(format!("gave up waiting: no listener outcome within {WAIT:?}"))),
+        }
+    }
+
+    /// Outcomes reported but not read yet (after `stop`, that is all of them).
+    fn remaining_outcomes(&mut self) -> Vec<KafkaOutcome> {
+        std::iter::from_fn(|| self.outcomes.try_recv().ok()).collect()
+    }
+
+    fn committed(&self) -> Result<Option<i64>, Failed> {
+        committed_offset(&self.bootstrap, &self.group, &self.topic).map_err(fail)
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", self.database.to_string_lossy()));
+        }
+    }
+}
+
+async fn a_typed_handler_receives_the_decoded_event(harness: Arc<Harness>) -> TestResult {
+    let effect = Arc::new(Effect::default());
+    let mut fixture = Fixture::start(&harness, effect.clone(), false).await?;
+    let sender = fixture.sender()?;
+    let message = fixture.message(7);
+    fixture.send(&sender, &message).await?;
+    assert_eq!(fixture.next_outcome().await?, KafkaOutcome::Applied { id: message.id });
+    let received = effect.received.lock().map_err(fail)?.clone();
+    let [event] = received.as_slice() else {
+        return Err(fail(format!("expected one event, got {received:?}")));
+    };
+    assert_eq!(event.id, message.id);
+    assert_eq!(event.event_type, EVENT_TYPE);
+    assert_eq!(event.payload_type.as_deref(), Some("OrderCreated"));
+    assert_eq!(event.key.as_deref(), Some("customer-7"));
+    assert_eq!(event.topic, fixture.topic);
+    assert_eq!(event.headers.get("traceparent").map(String::as_str), Some("00-trace-7-01"));
+    assert_eq!(event.payload, OrderCreated { index: 7 });
+    fixture.stop().await?;
+    assert_eq!(fixture.committed()?, Some(event.offset + 1), "the handled record was committed");
+    Ok(())
+}
+
+async fn a_duplicate_record_has_its_effect_once(harness: Arc<Harness>) -> TestResult {
+    let effect = Arc::new(Effect::default());
+    let mut fixture = Fixture::start(&harness, effect.clone(), false).await?;
+    let sender = fixture.sender()?;
+    let message = fixture.message(1);
+    fixture.send(&sender, &message).await?;
+    assert_eq!(fixture.next_outcome().await?, KafkaOutcome::Applied { id: message.id });
+    // The same event again, as the relay sends it after a lost delivery report.
+    fixture.send(&sender, &message).await?;
+    assert_eq!(fixture.next_outcome().await?, KafkaOutcome::Duplicate { id: message.id });
+    assert_eq!(effect.calls(), 1, "the effect ran once");
+    assert!(fixture.inbox.is_consumed(message.id).await.map_err(fail)?);
+    fixture.stop().await?;
+    assert_eq!(fixture.committed()?, Some(2), "both records were committed");
+    Ok(())
+}
+
+async fn a_failing_handler_is_retried_in_order_and_committed_after_success(
+    harness: Arc<Harness>,
+) -> TestResult {
+    let effect = Effect::failing(2);
+    let mut fixture = Fixture::start(&harness, effect.clone(), false).await?;
+    let sender = fixture.sender()?;
+    let batch = [fixture.message(1), fixture.message(2), fixture.message(3)];
+    // One pipelined batch, so the records share a record batch on the broker: the retry must not
+    // depend on fetching from the middle of one again.
+    let results = sender.send(&batch).await;
+    if let Some(error) = results.iter().find_map(|result| result.as_ref().err()) {
+        return Err(fail(format!("could not send the batch: {error}")));
+    }
+    let [first, second, third] = &batch;
+    for attempts in 1..=2 {
+        let outcome = fixture.next_outcome().await?;
+        assert!(
+            matches!(&outcome, KafkaOutcome::Retrying { id, attempts: a, .. } if *id == first.id && *a == attempts),
+            "{outcome:?}"
+        );
+    }
+    // The later records of the partition waited behind the first.
+    assert_eq!(fixture.next_outcome().await?, KafkaOutcome::Applied { id: first.id });
+    assert_eq!(fixture.next_outcome().await?, KafkaOutcome::Applied { id: second.id });
+    assert_eq!(fixture.next_outcome().await?, KafkaOutcome::Applied { id: third.id });
+    let order: Vec<Uuid> = effect.received.lock().map_err(fail)?.iter().map(|event| event.id).collect();
+    assert_eq!(order, [first.id, second.id, third.id]);
+    assert_eq!(effect.calls(), 5);
+    fixture.stop().await?;
+    assert_eq!(fixture.committed()?, Some(3));
+    Ok(())
+}
+
+async fn a_record_whose_handler_keeps_failing_is_not_committed_and_comes_again(
+    harness: Arc<Harness>,
+) -> TestResult {
+    let effect = Effect::failing(usize::MAX);
+    let mut fixture = Fixture::start(&harness, effect.clone(), false).await?;
+    let sender = fixture.sender()?;
+    let message = fixture.message(3);
+    let behind = fixture.message(4);
+    let results = sender.send(&[message.clone(), behind.clone()]).await;
+    if let Some(error) = results.iter().find_map(|result| result.as_ref().err()) {
+        return Err(fail(format!("could not send the batch: {error}")));
+    }
+    for attempts in 1..=3 {
+        let outcome = fixture.next_outcome().await?;
+        assert!(
+            matches!(&outcome, KafkaOutcome::Retrying { id, attempts: a, .. } if *id == message.id && *a == attempts),
+            "{outcome:?}"
+        );
+    }
+    fixture.stop().await?;
+    assert_eq!(fixture.committed()?, None, "a record whose handler never succeeded was committed");
+    assert!(!fixture.inbox.is_consumed(message.id).await.map_err(fail)?, "a failed effect is not recorded");
+
+    // A new listener in the same group gets the record again, and this time the effect succeeds.
+    let healthy = Arc::new(Effect::default());
+    fixture.listen(healthy.clone()).map_err(fail)?;
+    assert_eq!(fixture.next_outcome().await?, KafkaOutcome::Applied { id: message.id });
+    assert_eq!(fixture.next_outcome().await?, KafkaOutcome::Applied { id: behind.id });
+    fixture.stop().await?;
+    assert_eq!(healthy.calls(), 2);
+    assert_eq!(fixture.committed()?, Some(2));
+    Ok(())
+}
+
+/// A record without `oncebox_event_id`, one with a malformed id, and one whose payload does not
+/// fit the handler's type, then a good one.
+async fn produce_poison_then_good(
+    fixture: &Fixture,
+    sender: &KafkaSender,
+) -> Result<OutboundMessage, Failed> {
+    let raw = raw_producer(&fixture.bootstrap).map_err(fail)?;
+    let type_header: (&str, &[u8]) = (HEADER_EVENT_TYPE, EVENT_TYPE.as_bytes());
+    produce_raw(&raw, &fixture.topic, &[type_header], b"{\"index\":4}").await.map_err(fail)?;
+    produce_raw(&raw, &fixture.topic, &[(HEADER_EVENT_ID, b"not-a-uuid"), type_header], b"{\"index\":5}")
+        .await
+        .map_err(fail)?;
+    let undecodable = Uuid::now_v7().to_string();
+    produce_raw(
+        &raw,
+        &fixture.topic,
+        &[(HEADER_EVENT_ID, undecodable.as_bytes()), type_header, (HEADER_PAYLOAD_TYPE, b"OrderCreated")],
+        b"{\"index\":\"six\"}",
+    )
+    .await
+    .map_err(fail)?;
+    let good = fixture.message(7);
+    fixture.send(sender, &good).await?;
+    Ok(good)
+}
+
+async fn poison_records_go_to_the_dead_letter_topic(harness: Arc<Harness>) -> TestResult {
+    let effect = Arc::new(Effect::default());
+    let mut fixture = Fixture::start(&harness, effect.clone(), true).await?;
+    let sender = fixture.sender()?;
+    let good = produce_poison_then_good(&fixture, &sender).await?;
+    let dead_letter_topic = fixture.dead_letter_topic.clone().ok_or_else(|| fail("no dead-letter topic"))?;
+    let mut reasons = Vec::new();
+    for _ in 0..3 {
+        match fixture.next_outcome().await? {
+            KafkaOutcome::DeadLettered { topic, reason, .. } if topic == dead_letter_topic => {
+                reasons.push(reason)
+            }
+            other => return Err(fail(format!("a poison record was not dead-lettered: {other:?}"))),
+        }
+    }
+    assert!(reasons[0].contains(HEADER_EVENT_ID), "{}", reasons[0]);
+    assert!(reasons[1].contains("not-a-uuid"), "{}", reasons[1]);
+    assert!(reasons[2].contains("does not decode"), "{}", reasons[2]);
+    // The partition goes on after its poison records.
+    assert_eq!(fixture.next_outcome().await?, KafkaOutcome::Applied { id: good.id });
+    assert_eq!(effect.calls(), 1, "no effect ran for a poison record");
+
+    let dead = read_topic(&fixture.bootstrap, &dead_letter_topic, 3, WAIT).await.map_err(fail)?;
+    assert_eq!(dead.len(), 3, "gave up waiting: {} of 3 dead letters could be read back", dead.len());
+    let sources: Vec<Option<String>> =
+        dead.iter().map(|record| support::header(record, HEADER_DEAD_LETTER_SOURCE)).collect();
+    let expected: Vec<Option<String>> =
+        (0..3).map(|offset| Some(format!("{}/0/{offset}", fixture.topic))).collect();
+    assert_eq!(sources, expected);
+    let payloads: Vec<&[u8]> = dead.iter().filter_map(rdkafka::Message::payload).collect();
+    assert_eq!(payloads, [&b"{\"index\":4}"[..], b"{\"index\":5}", b"{\"index\":\"six\"}"]);
+    for record in &dead {
+        let reason = support::header(record, HEADER_DEAD_LETTER_REASON).unwrap_or_default();
+        assert!(reason.contains("decode error"), "{reason}");
+    }
+    fixture.stop().await?;
+    assert_eq!(fixture.committed()?, Some(4));
+    Ok(())
+}
+
+async fn a_poison_record_without_a_dead_letter_topic_stops_its_partition(
+    harness: Arc<Harness>,
+) -> TestResult {
+    let effect = Arc::new(Effect::default());
+    let mut fixture = Fixture::start(&harness, effect.clone(), false).await?;
+    let sender = fixture.sender()?;
+    let good = produce_poison_then_good(&fixture, &sender).await?;
+    match fixture.next_outcome().await? {
+        KafkaOutcome::PartitionStopped { id: None, partition: 0, offset: 0, reason, .. } => {
+            assert!(reason.contains(HEADER_EVENT_ID), "{reason}");
+        }
+        other => return Err(fail(format!("the partition did not stop at the poison record: {other:?}"))),
+    }
+    fixture.stop().await?;
+    let after: Vec<KafkaOutcome> = fixture.remaining_outcomes();
+    assert!(after.is_empty(), "records behind a poison record were handled: {after:?}");
+    assert_eq!(effect.calls(), 0);
+    assert!(!fixture.inbox.is_consumed(good.id).await.map_err(fail)?);
+    assert_eq!(fixture.committed()?, None, "the poison record was committed without a dead-letter topic");
+    Ok(())
+}
+
+fn cases() -> Vec<Case<Harness>> {
+    vec![
+        case!("a_typed_handler_receives_the_decoded_event", a_typed_handler_receives_the_decoded_event),
+        case!("a_duplicate_record_has_its_effect_once", a_duplicate_record_has_its_effect_once),
+        case!(
+            "a_failing_handler_is_retried_in_order_and_committed_after_success",
+            a_failing_handler_is_retried_in_order_and_committed_after_success
+        ),
+        case!(
+            "a_record_whose_handler_keeps_failing_is_not_committed_and_comes_again",
+            a_record_whose_handler_keeps_failing_is_not_committed_and_comes_again
+        ),
+        case!("poison_records_go_to_the_dead_letter_topic", poison_records_go_to_the_dead_letter_topic),
+        case!(
+            "a_poison_record_without_a_dead_letter_topic_stops_its_partition",
+            a_poison_record_without_a_dead_letter_topic_stops_its_partition
+        ),
+    ]
+}
+
+fn main() -> ExitCode {
+    let bootstrap = match support::broker_or_exit("kafka listener") {
+        Ok(bootstrap) => bootstrap,
+        Err(code) => return code,
+    };
+    Suite::new().add("listener", Arc::new(Harness { bootstrap }), cases()).run()
+}
