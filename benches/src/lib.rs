@@ -1,4 +1,4 @@
-//! Shared helpers of the oncebox benchmark binaries (`pg_relay`, `pg_idle`, `rabbit_publish`): the server
+//! Shared helpers of the oncebox benchmark binaries (`pg_relay`, `pg_idle`, `mysql_relay`, `rabbit_publish`): the server
 //! address from the environment, fixed-size payloads, fresh names and latency summaries.
 //!
 //! The binaries are measurements, not tests: they print tables and never assert a target.
