@@ -422,7 +422,7 @@ async fn stalled_engine_fenced_by_another(harness: Arc<MySqlHarness>) -> TestRes
             .map_err(fail)?;
         let stalled_instance = harness.dialect(dialect.tables().prefix(), 4).await.map_err(fail)?;
         let stalled = start(&stalled_instance, stalled_config, Arc::new(stalling.clone())).await?;
-        eventually("the first engine is sending its batch", Duration::from_secs(10), || {
+        eventually("the first engine is sending its batch", Duration::from_secs(30), || {
             let stalling = stalling.clone();
             async move { Ok(stalling.batches() >= 1) }
         })
