@@ -26,6 +26,24 @@ pub(crate) fn is_fatal(error: &KafkaError) -> bool {
         || error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal)
 }
 
+/// Whether a produce error means this producer will never be accepted again, so the sender must
+/// replace it: librdkafka's fatal state, or the broker refusing the producer's id or epoch. tansu
+/// 0.6 answers `ProducerFenced` to every produce after librdkafka bumped the idempotent
+/// producer's epoch (which it does after a record timed out), where Apache Kafka accepts the new
+/// epoch; without a new producer, and so a new producer id, no record would be delivered again.
+pub(crate) fn needs_new_producer(error: &KafkaError) -> bool {
+    is_fatal(error)
+        || error.rdkafka_error_code().is_some_and(|code| {
+            matches!(
+                code,
+                RDKafkaErrorCode::ProducerFenced
+                    | RDKafkaErrorCode::InvalidProducerEpoch
+                    | RDKafkaErrorCode::UnknownProducerId
+                    | RDKafkaErrorCode::InvalidProducerIdMapping
+            )
+        })
+}
+
 /// A producer error with `context`: permanent for the codes of [`is_permanent_code`] and for
 /// configuration errors, temporary otherwise; `error` becomes the source.
 pub(crate) fn produce_error(context: impl Into<String>, error: KafkaError) -> Error {
@@ -70,5 +88,12 @@ mod tests {
         assert!(down.is_temporary());
         assert!(is_fatal(&KafkaError::MessageProduction(RDKafkaErrorCode::Fatal)));
         assert!(!is_fatal(&KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)));
+    }
+
+    #[test]
+    fn a_fenced_producer_is_replaced_and_a_timeout_is_not() {
+        assert!(needs_new_producer(&KafkaError::MessageProduction(RDKafkaErrorCode::ProducerFenced)));
+        assert!(needs_new_producer(&KafkaError::MessageProduction(RDKafkaErrorCode::Fatal)));
+        assert!(!needs_new_producer(&KafkaError::MessageProduction(RDKafkaErrorCode::MessageTimedOut)));
     }
 }

@@ -15,7 +15,7 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use tokio::time::Instant;
 
 use crate::config::KafkaSenderConfig;
-use crate::error::{creation_error, is_fatal, produce_error};
+use crate::error::{creation_error, needs_new_producer, produce_error};
 
 /// How long to wait for room in librdkafka's queue when the queue is full of other batches'
 /// records (ours are awaited instead).
@@ -124,7 +124,7 @@ fn delivery_result(
     match report {
         Ok(Ok(_delivery)) => Ok(()),
         Ok(Err((error, _record))) => {
-            *fatal |= is_fatal(&error);
+            *fatal |= needs_new_producer(&error);
             Err(produce_error(
                 format!("Kafka did not acknowledge message {} on topic '{}'", message.id, message.topic),
                 error,
@@ -218,7 +218,7 @@ async fn deliver(
                     }
                 }
                 Err((error, _)) => {
-                    *fatal |= is_fatal(&error);
+                    *fatal |= needs_new_producer(&error);
                     results[index] = Some(Err(produce_error(
                         format!("Kafka refused message {} for topic '{}'", message.id, message.topic),
                         error,
