@@ -1,5 +1,6 @@
-//! Shared helpers of the oncebox benchmark binaries (`pg_relay`, `pg_idle`, `mysql_relay`, `rabbit_publish`): the server
-//! address from the environment, fixed-size payloads, fresh names and latency summaries.
+//! Shared helpers of the oncebox benchmark binaries (`pg_relay`, `pg_idle`, `mysql_relay`, `rabbit_publish`,
+//! `kafka_publish`): the server address from the environment, fixed-size payloads, fresh names and
+//! latency summaries; [`pg_backlog`] holds the PostgreSQL backlog and raw loop the relay benchmarks share.
 //!
 //! The binaries are measurements, not tests: they print tables and never assert a target.
 
@@ -7,6 +8,8 @@ use std::error::Error;
 use std::time::Duration;
 
 use serde::Serialize;
+
+pub mod pg_backlog;
 
 /// The boxed error every benchmark `main` returns.
 pub type BenchError = Box<dyn Error + Send + Sync>;

@@ -22,40 +22,31 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use clap::Parser;
-use oncebox_benches::{
-    BenchPayload, BenchResult, EVENT_TYPE, Summary, fresh_name, millis, per_second, server_url,
+use oncebox_benches::pg_backlog::{
+    Bench, ENGINE_CLAIM, ENGINE_SETTLE, PREFILL_BATCH, RawSql, check_drained, fast_polling, raw_loop,
+    write_template,
 };
-use oncebox_core::config::{EventSettings, Polling};
+use oncebox_benches::{BenchPayload, BenchResult, EVENT_TYPE, Summary, millis, per_second, server_url};
+use oncebox_core::config::EventSettings;
 use oncebox_core::event::OutboxCounts;
 use oncebox_core::{
-    ClaimedBatch, Config, Dialect, Engine, EngineHandle, EngineParts, Lifecycle, NewOutboxEvent,
-    OutboundMessage, OutboxDao, OutboxEvent, OutboxWriter, Publisher, SchemaPlan, SendError, Sender,
-    SettleReport, Settlement, TableNames,
+    ClaimedBatch, Config, Dialect, Engine, EngineHandle, EngineParts, Lifecycle, OutboundMessage, OutboxDao,
+    OutboxEvent, Publisher, SendError, Sender, SettleReport, Settlement,
 };
-use oncebox_postgres::{DEFAULT_MAX_CONNECTIONS, PgDialect, PgWriter, connect_options};
+use oncebox_postgres::PgWriter;
 use oncebox_testkit::MemoryBroker;
-use sqlx::postgres::PgPoolOptions;
-use sqlx::{AssertSqlSafe, Connection, PgConnection, PgPool, Row};
+use sqlx::{AssertSqlSafe, Connection, PgConnection};
 use uuid::Uuid;
 
 const URL_VARIABLE: &str = "ONCEBOX_PG_URL";
 const URL_EXAMPLE: &str = "postgres://postgres@127.0.0.1:5432/test";
 const TOPIC: &str = "bench-topic";
-/// Rows per transaction when the template backlog is written through the `PgWriter`.
-const PREFILL_BATCH: usize = 5_000;
 /// Longest a drain may take before the run gives up.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(1800);
 
-const RAW_CLAIM: &str = include_str!("../../sql/raw_claim.sql");
-const RAW_SETTLE: &str = include_str!("../../sql/raw_settle.sql");
 const BUSINESS_TABLE: &str = include_str!("../../sql/business_table.sql");
 const BUSINESS_INSERT: &str = include_str!("../../sql/business_insert.sql");
 const OUTBOX_INSERT_ONE: &str = include_str!("../../sql/outbox_insert_one.sql");
-const COPY_BACKLOG: &str = include_str!("../../sql/copy_backlog.sql");
-/// The engine's own claim statement, read (not changed) for `EXPLAIN ANALYZE`.
-const ENGINE_CLAIM: &str = include_str!("../../../crates/oncebox-postgres/sql/claim.sql");
-/// The engine's settle statement, read for `EXPLAIN ANALYZE`.
-const ENGINE_SETTLE: &str = include_str!("../../../crates/oncebox-postgres/sql/settle.sql");
 /// The `PgWriter`'s insert without NOTIFY, run by hand as variant E.
 const WRITER_INSERT: &str = include_str!("../../../crates/oncebox-postgres/sql/insert_events.sql");
 
@@ -100,84 +91,13 @@ fn main() -> Result<(), Box<dyn Error>> {
     runtime.block_on(run(args, url)).map_err(|error| -> Box<dyn Error> { error })
 }
 
-/// Everything one run needs: the pool, the tables and the SQL rendered for them.
-struct Bench {
-    url: String,
-    pool: PgPool,
-    tables: TableNames,
-    dialect: PgDialect,
-    template: PgDialect,
-    raw_claim: String,
-    raw_settle: String,
-}
-
-impl Bench {
-    fn sql(&self, template: &str) -> String {
-        self.tables.render(template)
-    }
-
-    async fn execute(&self, sql: &str) -> BenchResult<()> {
-        sqlx::raw_sql(AssertSqlSafe(sql.to_owned())).execute(&self.pool).await?;
-        Ok(())
-    }
-
-    /// A dialect over a pool of its own, as a separate relay process would have.
-    async fn instance(&self) -> BenchResult<PgDialect> {
-        let pool = PgPoolOptions::new()
-            .max_connections(DEFAULT_MAX_CONNECTIONS)
-            .connect_with(connect_options(&self.url)?)
-            .await?;
-        Ok(PgDialect::new(pool).with_tables(&self.tables).with_wake_ups(false))
-    }
-
-    /// Empties the outbox, refills it from the template backlog and runs `VACUUM ANALYZE`.
-    async fn reset_backlog(&self, expected: u64) -> BenchResult<()> {
-        self.execute(&format!("TRUNCATE {}", self.tables.events)).await?;
-        let copied =
-            sqlx::query(AssertSqlSafe(self.sql(COPY_BACKLOG))).execute(&self.pool).await?.rows_affected();
-        if copied != expected {
-            return Err(format!("backlog copy wrote {copied} rows, expected {expected}").into());
-        }
-        self.vacuum().await
-    }
-
-    async fn vacuum(&self) -> BenchResult<()> {
-        self.execute(&format!("VACUUM ANALYZE {}", self.tables.events)).await
-    }
-
-    async fn pending(&self) -> BenchResult<i64> {
-        let sql = format!("SELECT count(*) FROM {} WHERE status <> 'PROCESSED'", self.tables.events);
-        Ok(sqlx::query_scalar(AssertSqlSafe(sql)).fetch_one(&self.pool).await?)
-    }
-
-    async fn drop_everything(&self) -> BenchResult<()> {
-        let names = [&self.tables, self.template.tables()]
-            .iter()
-            .flat_map(|tables| [&tables.events, &tables.dlq, &tables.consumed, &tables.jobs])
-            .map(String::as_str)
-            .collect::<Vec<_>>()
-            .join(", ");
-        self.execute(&format!("DROP TABLE IF EXISTS {names}, {}orders", self.tables.prefix())).await
-    }
-}
-
 async fn run(args: Args, url: String) -> BenchResult<()> {
     if args.batch_size == 0 || args.events == 0 {
         return Err("--events and --batch-size must be at least 1".into());
     }
-    let pool = PgPoolOptions::new().max_connections(8).connect_with(connect_options(&url)?).await?;
-    let prefix = format!("{}_", fresh_name("bench_"));
-    let tables = TableNames::with_prefix(&prefix)?;
-    let template_tables = TableNames::with_prefix(&format!("{prefix}backlog_"))?;
-    let bench = Bench {
-        url,
-        pool: pool.clone(),
-        dialect: PgDialect::new(pool.clone()).with_tables(&tables),
-        template: PgDialect::new(pool.clone()).with_tables(&template_tables).with_wake_ups(false),
-        raw_claim: tables.render(RAW_CLAIM),
-        raw_settle: tables.render(RAW_SETTLE),
-        tables,
-    };
+    let bench = Bench::connect(url, "bench_").await?;
+    let pool = bench.pool.clone();
+    let prefix = bench.tables.prefix().to_owned();
     print_server(&bench).await?;
     println!("table prefix: {prefix}");
     let outcome = run_phases(&bench, &args).await;
@@ -206,9 +126,7 @@ async fn print_server(bench: &Bench) -> BenchResult<()> {
 }
 
 async fn run_phases(bench: &Bench, args: &Args) -> BenchResult<()> {
-    let all = SchemaPlan { outbox: true, dlq: true, inbox: true, jobs: true };
-    bench.dialect.create_schema(all).await?;
-    bench.template.create_schema(SchemaPlan { outbox: true, dlq: false, inbox: false, jobs: false }).await?;
+    bench.create_tables().await?;
     if !args.skip_relay {
         relay_phases(bench, args).await?;
     }
@@ -332,52 +250,12 @@ async fn relay_phases(bench: &Bench, args: &Args) -> BenchResult<()> {
     Ok(())
 }
 
-async fn write_template(bench: &Bench, events: u64) -> BenchResult<()> {
-    let writer = bench.template.writer();
-    let mut written = 0u64;
-    while written < events {
-        let count = PREFILL_BATCH.min(usize::try_from(events - written).unwrap_or(PREFILL_BATCH));
-        let batch: Vec<NewOutboxEvent> = (0..count)
-            .map(|index| NewOutboxEvent {
-                id: Uuid::now_v7(),
-                event_type: EVENT_TYPE.to_owned(),
-                payload: BenchPayload::new(written + index as u64).to_json(),
-                payload_type: std::any::type_name::<BenchPayload>().to_owned(),
-                headers: Default::default(),
-                partition_key: None,
-            })
-            .collect();
-        let mut tx = bench.pool.begin().await?;
-        writer.write(&mut tx, &batch).await?;
-        tx.commit().await?;
-        written += count as u64;
-    }
-    Ok(())
-}
-
-async fn check_drained(bench: &Bench, label: &str) -> BenchResult<()> {
-    let left = bench.pending().await?;
-    if left != 0 {
-        return Err(format!("{label}: {left} rows are not PROCESSED after the drain").into());
-    }
-    Ok(())
-}
-
 /// What drains the backlog.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Phase {
     /// The raw claim + settle loop.
     Raw(RawSql),
     /// The engine into the in-memory broker.
-    Engine,
-}
-
-/// Which statements the raw loop runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum RawSql {
-    /// `benches/sql/raw_claim.sql` and `raw_settle.sql`.
-    HandWritten,
-    /// The engine's `claim.sql` and `settle.sql` from oncebox-postgres, bound by hand.
     Engine,
 }
 
@@ -401,36 +279,8 @@ impl DrainResult {
     }
 }
 
-/// Totals of one raw worker.
-#[derive(Default)]
-struct RawTotals {
-    events: u64,
-    batches: u64,
-    claim: Duration,
-    settle: Duration,
-}
-
 async fn raw_drain(bench: &Bench, sql: RawSql, workers: usize, batch_size: u32) -> BenchResult<DrainResult> {
-    let (claim, settle) = match sql {
-        RawSql::HandWritten => (bench.raw_claim.clone(), bench.raw_settle.clone()),
-        RawSql::Engine => (bench.sql(ENGINE_CLAIM), bench.sql(ENGINE_SETTLE)),
-    };
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..workers {
-        let worker =
-            RawWorker { pool: bench.pool.clone(), sql, claim: claim.clone(), settle: settle.clone() };
-        tasks.push(tokio::spawn(worker.run(batch_size)));
-    }
-    let mut totals = RawTotals::default();
-    for task in tasks {
-        let worker = task.await??;
-        totals.events += worker.events;
-        totals.batches += worker.batches;
-        totals.claim += worker.claim;
-        totals.settle += worker.settle;
-    }
-    let elapsed = started.elapsed();
+    let (totals, elapsed) = raw_loop(bench, sql, workers, batch_size).await?;
     let plural = if workers == 1 { "" } else { "s" };
     let result = DrainResult {
         repetition: 0,
@@ -457,78 +307,6 @@ async fn raw_drain(bench: &Bench, sql: RawSql, workers: usize, batch_size: u32) 
         result.rate()
     );
     Ok(result)
-}
-
-/// One raw claim + settle loop.
-struct RawWorker {
-    pool: PgPool,
-    sql: RawSql,
-    claim: String,
-    settle: String,
-}
-
-impl RawWorker {
-    /// Claims and settles until the backlog is empty. The claimed columns are decoded as a relay
-    /// would decode them before sending (the engine's statement returns `headers` as JSONB, which
-    /// is left undecoded).
-    async fn run(self, batch_size: u32) -> BenchResult<RawTotals> {
-        let mut totals = RawTotals::default();
-        loop {
-            let token = Uuid::now_v7();
-            let started = Instant::now();
-            let rows = sqlx::query(AssertSqlSafe(self.claim.clone()))
-                .bind(EVENT_TYPE)
-                .bind(i64::from(batch_size))
-                .bind(token)
-                .fetch_all(&self.pool)
-                .await?;
-            let mut ids = Vec::with_capacity(rows.len());
-            let mut payload_bytes = 0usize;
-            for row in &rows {
-                ids.push(row.try_get::<Uuid, _>("id")?);
-                payload_bytes += row.try_get::<String, _>("payload")?.len();
-                let _payload_type: String = row.try_get("payload_type")?;
-                if self.sql == RawSql::HandWritten {
-                    let _headers: String = row.try_get("headers")?;
-                }
-                let _key: Option<String> = row.try_get("partition_key")?;
-                let _created: chrono::DateTime<chrono::Utc> = row.try_get("created_at")?;
-            }
-            totals.claim += started.elapsed();
-            if ids.is_empty() {
-                return Ok(totals);
-            }
-            std::hint::black_box(payload_bytes);
-            let started = Instant::now();
-            let query = sqlx::query(AssertSqlSafe(self.settle.clone()));
-            let query = match self.sql {
-                RawSql::HandWritten => query.bind(&ids).bind(token),
-                RawSql::Engine => query
-                    .bind(token)
-                    .bind(&ids)
-                    .bind(vec!["PROCESSED"; ids.len()])
-                    .bind(vec![0i64; ids.len()])
-                    .bind(vec![None::<String>; ids.len()]),
-            };
-            let settled = query.execute(&self.pool).await?.rows_affected();
-            totals.settle += started.elapsed();
-            if settled != ids.len() as u64 {
-                return Err(format!("raw settle changed {settled} of {} rows", ids.len()).into());
-            }
-            totals.events += settled;
-            totals.batches += 1;
-        }
-    }
-}
-
-/// Fast adaptive polling: drains at once after a full batch, re-polls within 10–100 ms otherwise.
-fn fast_polling() -> Polling {
-    Polling::Adaptive {
-        initial_delay: Duration::ZERO,
-        min_delay: Duration::from_millis(10),
-        max_delay: Duration::from_millis(100),
-        multiplier: 2.0,
-    }
 }
 
 async fn engine_drain(bench: &Bench, instances: usize, args: &Args, events: u64) -> BenchResult<DrainResult> {

@@ -1,0 +1,282 @@
+//! The PostgreSQL backlog the relay benchmarks drain: fresh tables, a template backlog written once
+//! through the `PgWriter` and copied before every drain, and the raw claim + settle loop (no
+//! broker) that is the ceiling a relay is compared with.
+
+use std::time::{Duration, Instant};
+
+use oncebox_core::config::Polling;
+use oncebox_core::{Dialect, NewOutboxEvent, OutboxWriter, SchemaPlan, TableNames};
+use oncebox_postgres::{DEFAULT_MAX_CONNECTIONS, PgDialect, connect_options};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{AssertSqlSafe, PgPool, Row};
+use uuid::Uuid;
+
+use crate::{BenchPayload, BenchResult, EVENT_TYPE, fresh_name};
+
+/// Rows per transaction when the template backlog is written through the `PgWriter`.
+pub const PREFILL_BATCH: usize = 5_000;
+
+const RAW_CLAIM: &str = include_str!("../sql/raw_claim.sql");
+const RAW_SETTLE: &str = include_str!("../sql/raw_settle.sql");
+const COPY_BACKLOG: &str = include_str!("../sql/copy_backlog.sql");
+/// The engine's own claim statement, for the raw loop's [`RawSql::Engine`] variant.
+pub const ENGINE_CLAIM: &str = include_str!("../../crates/oncebox-postgres/sql/claim.sql");
+/// The engine's settle statement.
+pub const ENGINE_SETTLE: &str = include_str!("../../crates/oncebox-postgres/sql/settle.sql");
+
+/// Everything one run needs: the pool, the tables and the SQL rendered for them.
+pub struct Bench {
+    /// The server's URL.
+    pub url: String,
+    /// A pool for set-up, the raw loop and checks.
+    pub pool: PgPool,
+    /// The tables drained.
+    pub tables: TableNames,
+    /// A dialect over `pool` and `tables`.
+    pub dialect: PgDialect,
+    /// The template backlog's tables, written once and copied before every drain.
+    pub template: PgDialect,
+    /// The hand-written raw claim, rendered for `tables`.
+    pub raw_claim: String,
+    /// The hand-written raw settle, rendered for `tables`.
+    pub raw_settle: String,
+}
+
+impl Bench {
+    /// Connects and names fresh tables under `<stem><8 hex digits>_` (nothing is created yet).
+    pub async fn connect(url: String, stem: &str) -> BenchResult<Self> {
+        let pool = PgPoolOptions::new().max_connections(8).connect_with(connect_options(&url)?).await?;
+        let prefix = format!("{}_", fresh_name(stem));
+        let tables = TableNames::with_prefix(&prefix)?;
+        let template_tables = TableNames::with_prefix(&format!("{prefix}backlog_"))?;
+        Ok(Self {
+            url,
+            pool: pool.clone(),
+            dialect: PgDialect::new(pool.clone()).with_tables(&tables),
+            template: PgDialect::new(pool).with_tables(&template_tables).with_wake_ups(false),
+            raw_claim: tables.render(RAW_CLAIM),
+            raw_settle: tables.render(RAW_SETTLE),
+            tables,
+        })
+    }
+
+    /// Creates the drained tables (outbox, DLQ, inbox, jobs) and the template's outbox table.
+    pub async fn create_tables(&self) -> BenchResult<()> {
+        self.dialect.create_schema(SchemaPlan { outbox: true, dlq: true, inbox: true, jobs: true }).await?;
+        self.template
+            .create_schema(SchemaPlan { outbox: true, dlq: false, inbox: false, jobs: false })
+            .await?;
+        Ok(())
+    }
+
+    /// `template` with the table names of this run.
+    pub fn sql(&self, template: &str) -> String {
+        self.tables.render(template)
+    }
+
+    /// Runs `sql` (no parameters).
+    pub async fn execute(&self, sql: &str) -> BenchResult<()> {
+        sqlx::raw_sql(AssertSqlSafe(sql.to_owned())).execute(&self.pool).await?;
+        Ok(())
+    }
+
+    /// A dialect over a pool of its own, as a separate relay process would have.
+    pub async fn instance(&self) -> BenchResult<PgDialect> {
+        let pool = PgPoolOptions::new()
+            .max_connections(DEFAULT_MAX_CONNECTIONS)
+            .connect_with(connect_options(&self.url)?)
+            .await?;
+        Ok(PgDialect::new(pool).with_tables(&self.tables).with_wake_ups(false))
+    }
+
+    /// Empties the outbox, refills it from the template backlog and runs `VACUUM ANALYZE`.
+    pub async fn reset_backlog(&self, expected: u64) -> BenchResult<()> {
+        self.execute(&format!("TRUNCATE {}", self.tables.events)).await?;
+        let copied =
+            sqlx::query(AssertSqlSafe(self.sql(COPY_BACKLOG))).execute(&self.pool).await?.rows_affected();
+        if copied != expected {
+            return Err(format!("backlog copy wrote {copied} rows, expected {expected}").into());
+        }
+        self.vacuum().await
+    }
+
+    /// `VACUUM ANALYZE` of the drained outbox table.
+    pub async fn vacuum(&self) -> BenchResult<()> {
+        self.execute(&format!("VACUUM ANALYZE {}", self.tables.events)).await
+    }
+
+    /// Rows not yet PROCESSED.
+    pub async fn pending(&self) -> BenchResult<i64> {
+        let sql = format!("SELECT count(*) FROM {} WHERE status <> 'PROCESSED'", self.tables.events);
+        Ok(sqlx::query_scalar(AssertSqlSafe(sql)).fetch_one(&self.pool).await?)
+    }
+
+    /// Drops every table of the run.
+    pub async fn drop_everything(&self) -> BenchResult<()> {
+        let names = [&self.tables, self.template.tables()]
+            .iter()
+            .flat_map(|tables| [&tables.events, &tables.dlq, &tables.consumed, &tables.jobs])
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join(", ");
+        self.execute(&format!("DROP TABLE IF EXISTS {names}, {}orders", self.tables.prefix())).await
+    }
+}
+
+/// Writes the template backlog of `events` events through the `PgWriter`, [`PREFILL_BATCH`] per
+/// transaction.
+pub async fn write_template(bench: &Bench, events: u64) -> BenchResult<()> {
+    let writer = bench.template.writer();
+    let mut written = 0u64;
+    while written < events {
+        let count = PREFILL_BATCH.min(usize::try_from(events - written).unwrap_or(PREFILL_BATCH));
+        let batch: Vec<NewOutboxEvent> = (0..count)
+            .map(|index| NewOutboxEvent {
+                id: Uuid::now_v7(),
+                event_type: EVENT_TYPE.to_owned(),
+                payload: BenchPayload::new(written + index as u64).to_json(),
+                payload_type: std::any::type_name::<BenchPayload>().to_owned(),
+                headers: Default::default(),
+                partition_key: None,
+            })
+            .collect();
+        let mut tx = bench.pool.begin().await?;
+        writer.write(&mut tx, &batch).await?;
+        tx.commit().await?;
+        written += count as u64;
+    }
+    Ok(())
+}
+
+/// Fails when rows are left unprocessed after the drain named `label`.
+pub async fn check_drained(bench: &Bench, label: &str) -> BenchResult<()> {
+    let left = bench.pending().await?;
+    if left != 0 {
+        return Err(format!("{label}: {left} rows are not PROCESSED after the drain").into());
+    }
+    Ok(())
+}
+
+/// Which statements the raw loop runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum RawSql {
+    /// `benches/sql/raw_claim.sql` and `raw_settle.sql`.
+    HandWritten,
+    /// The engine's `claim.sql` and `settle.sql` from oncebox-postgres, bound by hand.
+    Engine,
+}
+
+/// Totals of one raw worker.
+#[derive(Default)]
+pub struct RawTotals {
+    /// Events settled.
+    pub events: u64,
+    /// Batches settled.
+    pub batches: u64,
+    /// Time inside claims (with decoding).
+    pub claim: Duration,
+    /// Time inside settles.
+    pub settle: Duration,
+}
+
+/// Runs `workers` raw claim + settle loops over the backlog until it is empty; returns their
+/// summed totals and the wall time.
+pub async fn raw_loop(
+    bench: &Bench,
+    sql: RawSql,
+    workers: usize,
+    batch_size: u32,
+) -> BenchResult<(RawTotals, Duration)> {
+    let (claim, settle) = match sql {
+        RawSql::HandWritten => (bench.raw_claim.clone(), bench.raw_settle.clone()),
+        RawSql::Engine => (bench.sql(ENGINE_CLAIM), bench.sql(ENGINE_SETTLE)),
+    };
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..workers {
+        let worker =
+            RawWorker { pool: bench.pool.clone(), sql, claim: claim.clone(), settle: settle.clone() };
+        tasks.push(tokio::spawn(worker.run(batch_size)));
+    }
+    let mut totals = RawTotals::default();
+    for task in tasks {
+        let worker = task.await??;
+        totals.events += worker.events;
+        totals.batches += worker.batches;
+        totals.claim += worker.claim;
+        totals.settle += worker.settle;
+    }
+    Ok((totals, started.elapsed()))
+}
+
+/// One raw claim + settle loop.
+struct RawWorker {
+    pool: PgPool,
+    sql: RawSql,
+    claim: String,
+    settle: String,
+}
+
+impl RawWorker {
+    /// Claims and settles until the backlog is empty. The claimed columns are decoded as a relay
+    /// would decode them before sending (the engine's statement returns `headers` as JSONB, which
+    /// is left undecoded).
+    async fn run(self, batch_size: u32) -> BenchResult<RawTotals> {
+        let mut totals = RawTotals::default();
+        loop {
+            let token = Uuid::now_v7();
+            let started = Instant::now();
+            let rows = sqlx::query(AssertSqlSafe(self.claim.clone()))
+                .bind(EVENT_TYPE)
+                .bind(i64::from(batch_size))
+                .bind(token)
+                .fetch_all(&self.pool)
+                .await?;
+            let mut ids = Vec::with_capacity(rows.len());
+            let mut payload_bytes = 0usize;
+            for row in &rows {
+                ids.push(row.try_get::<Uuid, _>("id")?);
+                payload_bytes += row.try_get::<String, _>("payload")?.len();
+                let _payload_type: String = row.try_get("payload_type")?;
+                if self.sql == RawSql::HandWritten {
+                    let _headers: String = row.try_get("headers")?;
+                }
+                let _key: Option<String> = row.try_get("partition_key")?;
+                let _created: chrono::DateTime<chrono::Utc> = row.try_get("created_at")?;
+            }
+            totals.claim += started.elapsed();
+            if ids.is_empty() {
+                return Ok(totals);
+            }
+            std::hint::black_box(payload_bytes);
+            let started = Instant::now();
+            let query = sqlx::query(AssertSqlSafe(self.settle.clone()));
+            let query = match self.sql {
+                RawSql::HandWritten => query.bind(&ids).bind(token),
+                RawSql::Engine => query
+                    .bind(token)
+                    .bind(&ids)
+                    .bind(vec!["PROCESSED"; ids.len()])
+                    .bind(vec![0i64; ids.len()])
+                    .bind(vec![None::<String>; ids.len()]),
+            };
+            let settled = query.execute(&self.pool).await?.rows_affected();
+            totals.settle += started.elapsed();
+            if settled != ids.len() as u64 {
+                return Err(format!("raw settle changed {settled} of {} rows", ids.len()).into());
+            }
+            totals.events += settled;
+            totals.batches += 1;
+        }
+    }
+}
+
+/// Fast adaptive polling: drains at once after a full batch, re-polls within 10–100 ms otherwise.
+pub fn fast_polling() -> Polling {
+    Polling::Adaptive {
+        initial_delay: Duration::ZERO,
+        min_delay: Duration::from_millis(10),
+        max_delay: Duration::from_millis(100),
+        multiplier: 2.0,
+    }
+}
