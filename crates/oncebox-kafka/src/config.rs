@@ -488,6 +488,31 @@ mod tests {
     }
 
     #[test]
+    fn one_file_configures_the_core_and_the_kafka_transport() -> Result<()> {
+        let text = "oncebox:
+  outbox:
+    sender:
+      emergency-timeout: 12s
+    events:
+      order-created:
+        topic: orders
+  kafka:
+    bootstrap-servers: 127.0.0.1:9092
+    emergency-timeout: 12s
+    producer:
+      linger.ms: 5
+    consumer:
+      session.timeout.ms: 10000
+";
+        let core = oncebox_core::Config::from_yaml_str(text)?;
+        assert_eq!(core.event("order-created")?.topic, "orders");
+        let sender = KafkaSenderConfig::from_yaml_str(text)?;
+        assert_eq!(sender.bootstrap_servers(), "127.0.0.1:9092");
+        assert_eq!(sender.emergency_timeout(), Duration::from_secs(12));
+        Ok(())
+    }
+
+    #[test]
     fn defaults_are_acknowledged_and_idempotent() {
         let config = KafkaSenderConfig::new("kafka://127.0.0.1:9092")
             .with_emergency_timeout(Duration::from_secs(7))

@@ -6,7 +6,7 @@ use std::fmt;
 use std::time::Duration;
 
 use serde::Deserialize;
-use serde::de::{self, Deserializer, Visitor};
+use serde::de::{self, Deserializer, IgnoredAny, Visitor};
 
 /// A humantime duration (`250ms`, `1m`, `24h`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +60,13 @@ pub(crate) struct RawOncebox {
     pub(crate) outbox: Option<RawOutbox>,
     #[serde(alias = "consumer")]
     pub(crate) inbox: Option<RawInbox>,
+    /// The Kafka transport's block, read by `oncebox-kafka` from the same file; core knows no
+    /// transport, so it accepts the block without looking inside (the transport validates it).
+    #[serde(rename = "kafka")]
+    pub(crate) _kafka: Option<IgnoredAny>,
+    /// The RabbitMQ transport's block, accepted unread for the same reason.
+    #[serde(rename = "rabbitmq")]
+    pub(crate) _rabbitmq: Option<IgnoredAny>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

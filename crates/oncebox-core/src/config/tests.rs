@@ -152,6 +152,30 @@ fn unknown_keys_are_rejected_with_their_path() {
 }
 
 #[test]
+fn transport_blocks_share_the_file_and_typos_elsewhere_are_still_rejected() {
+    let yaml = "oncebox:
+  outbox:
+    events:
+      e:
+        topic: t
+  kafka:
+    bootstrap-servers: 127.0.0.1:9092
+    producer:
+      linger.ms: 5
+  rabbitmq:
+    url: amqp://127.0.0.1:5672
+";
+    let config = Config::from_yaml_str(yaml).unwrap_or_else(|e| panic!("{e}"));
+    assert!(config.event("e").is_ok());
+    let toml = "[oncebox.outbox.events.e]\ntopic = \"t\"\n\n[oncebox.kafka]\nbootstrap-servers = \"h:9092\"\n\n[oncebox.kafka.producer]\n\"linger.ms\" = \"5\"\n";
+    assert!(Config::from_toml_str(toml).is_ok(), "{:?}", Config::from_toml_str(toml).err());
+    // A misspelt transport block is not a transport block.
+    assert_names(&yaml_error("oncebox:\n  kafak:\n    bootstrap-servers: h:9092\n"), "kafak");
+    // Inside the core's own blocks, unknown keys stay errors.
+    assert_names(&yaml_error("oncebox:\n  kafka: {}\n  inbox:\n    cach: {}\n"), "cach");
+}
+
+#[test]
 fn a_bad_duration_names_its_key() {
     let message = yaml_error(&with_event("        polling:\n          min-fixed-delay: soon\n"));
     assert_names(&message, "oncebox.outbox.events.order-created.polling.min-fixed-delay");
