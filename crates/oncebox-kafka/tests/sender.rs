@@ -1,6 +1,8 @@
 //! The testkit sender suite against a real Kafka-protocol broker (`ONCEBOX_KAFKA_BOOTSTRAP`,
-//! default `127.0.0.1:9092` under `CI=true`). Every test uses a fresh topic created through the
-//! admin API.
+//! default `127.0.0.1:9092` under `CI=true`; a broker that does not answer skips the suite, or fails
+//! it under `CI=true`). Every test uses a fresh topic created through the admin API.
+
+mod support;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -8,7 +10,7 @@ use std::time::Duration;
 
 use oncebox_core::{Error, ErrorKind, Result};
 use oncebox_kafka::{KafkaSender, KafkaSenderConfig};
-use oncebox_testkit::runner::{Suite, server_missing};
+use oncebox_testkit::runner::Suite;
 use oncebox_testkit::sender_suite::{self, ReceivedMessage, SenderHarness, TestConsumer};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -16,18 +18,9 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::{Headers, Message};
 
-const VARIABLE: &str = "ONCEBOX_KAFKA_BOOTSTRAP";
 /// The sender's local record size limit in these tests (librdkafka's `message.max.bytes`).
 const MAX_RECORD_BYTES: usize = 256 * 1024;
 const EMERGENCY_TIMEOUT: Duration = Duration::from_secs(10);
-
-fn bootstrap() -> Option<String> {
-    match std::env::var(VARIABLE) {
-        Ok(value) if !value.is_empty() => Some(value),
-        _ if std::env::var("CI").is_ok_and(|value| value == "true") => Some("127.0.0.1:9092".to_owned()),
-        _ => None,
-    }
-}
 
 fn plumbing(context: &str, error: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::Other, format!("{context}: {error}"))
@@ -125,8 +118,9 @@ impl SenderHarness for KafkaHarness {
 }
 
 fn main() -> ExitCode {
-    let Some(bootstrap) = bootstrap() else {
-        return server_missing("kafka sender", VARIABLE);
+    let bootstrap = match support::broker_or_exit("kafka sender") {
+        Ok(bootstrap) => bootstrap,
+        Err(code) => return code,
     };
     Suite::new().add("sender", Arc::new(KafkaHarness { bootstrap }), sender_suite::cases()).run()
 }
