@@ -7,7 +7,7 @@ mod tests;
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -226,11 +226,12 @@ impl Engine {
             config.outbox.as_ref().map(|o| o.events.keys().cloned().collect()).unwrap_or_default();
         let wakers = Wakers::new(event_types.iter());
         let stats = Arc::new(EngineStats::default());
-        let specs = Self::task_specs(&parts, &wakers, &stats)?;
+        let stop_claiming = CancellationToken::new();
+        let specs = Self::task_specs(&parts, &wakers, &stats, &stop_claiming)?;
 
         let shared = Arc::new(Shared {
             state,
-            stop_claiming: CancellationToken::new(),
+            stop_claiming,
             abort: CancellationToken::new(),
             supervisor: Mutex::new(None),
             stats: stats.clone(),
@@ -274,7 +275,12 @@ impl Engine {
         Ok(EngineHandle { shared })
     }
 
-    fn task_specs(parts: &EngineParts, wakers: &Wakers, stats: &Arc<EngineStats>) -> Result<Vec<TaskSpec>> {
+    fn task_specs(
+        parts: &EngineParts,
+        wakers: &Wakers,
+        stats: &Arc<EngineStats>,
+        stop_claiming: &CancellationToken,
+    ) -> Result<Vec<TaskSpec>> {
         let config = &parts.config;
         let missing = |what: &str| Error::new(ErrorKind::Lifecycle, format!("cannot start: {what}"));
         let mut specs = Vec::new();
@@ -305,6 +311,16 @@ impl Engine {
                 .sender
                 .clone()
                 .ok_or_else(|| missing("oncebox.outbox is configured but no sender was given"))?;
+            let claim_ahead = tasks::claim_ahead_is_safe(
+                outbox_config.emergency_timeout,
+                outbox_config.stuck_recovery.max_batch_processing_time,
+            );
+            if !claim_ahead {
+                info!(
+                    "claiming ahead is off: stuck-recovery.max-batch-processing-time is not longer than twice \
+                     sender.emergency-timeout; each batch is claimed after the previous one was sent"
+                );
+            }
             for (event_type, event_config) in &outbox_config.events {
                 specs.push(TaskSpec {
                     body: Arc::new(EventPoller {
@@ -315,6 +331,9 @@ impl Engine {
                         sender: sender.clone(),
                         metrics: parts.metrics.clone(),
                         stats: stats.clone(),
+                        claim_ahead,
+                        last_send_delivered: AtomicBool::new(true),
+                        stop_claiming: stop_claiming.clone(),
                     }),
                     polling: event_config.polling,
                     wake: wakers.get(event_type),

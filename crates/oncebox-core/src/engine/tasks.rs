@@ -1,10 +1,11 @@
 //! The bodies of the engine's tasks: one poller per event type and the background jobs.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 use uuid::Uuid;
 
@@ -45,6 +46,21 @@ pub(crate) struct EventPoller {
     pub(crate) sender: Arc<dyn Sender>,
     pub(crate) metrics: Arc<dyn OutboxMetrics>,
     pub(crate) stats: Arc<EngineStats>,
+    /// Claim the next batch while sending the current one. Off when stuck recovery could take a
+    /// batch that waits for the send before it: see [`claim_ahead_is_safe`].
+    pub(crate) claim_ahead: bool,
+    pub(crate) last_send_delivered: AtomicBool,
+    pub(crate) stop_claiming: CancellationToken,
+}
+
+/// How many batches one run may claim before it gives its permit back to the other tasks.
+const MAX_CLAIMS_PER_RUN: usize = 32;
+
+/// A batch claimed ahead stays IN_PROCESS while the batch before it is sent (at most one
+/// emergency timeout) and then through its own send (another), so stuck recovery must wait longer
+/// than both, or it would hand a batch still waiting for its send to a second worker.
+pub(crate) fn claim_ahead_is_safe(emergency_timeout: Duration, max_batch_processing_time: Duration) -> bool {
+    emergency_timeout.checked_mul(2).is_some_and(|both| max_batch_processing_time > both)
 }
 
 impl EventPoller {
@@ -149,35 +165,102 @@ impl EventPoller {
     }
 }
 
+/// A batch whose send finished, waiting for its settle.
+struct SentBatch {
+    batch: ClaimedBatch,
+    settlements: Vec<Settlement>,
+    counts: [u64; 3],
+}
+
+impl EventPoller {
+    async fn claim(&self) -> Result<ClaimedBatch> {
+        let batch = self
+            .outbox
+            .claim(&self.event_type, self.config.batch_size)
+            .await
+            .map_err(|e| e.context(format!("claiming {}", self.event_type)))?;
+        self.stats.claimed.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        Ok(batch)
+    }
+
+    async fn settle_sent(&self, sent: Option<SentBatch>) -> Result<()> {
+        let Some(SentBatch { batch, settlements, counts: [delivered, retried, failed] }) = sent else {
+            return Ok(());
+        };
+        self.settle_with_retries(&batch, &settlements).await?;
+        self.stats.delivered.fetch_add(delivered, Ordering::Relaxed);
+        self.stats.retried.fetch_add(retried, Ordering::Relaxed);
+        self.stats.failed.fetch_add(failed, Ordering::Relaxed);
+        self.metrics.events_settled(&self.event_type, delivered, retried, failed);
+        Ok(())
+    }
+
+    /// Whether the batch after `batch` may be claimed while `batch` is being sent.
+    fn may_claim_ahead(&self, batch: &ClaimedBatch, claims: usize) -> bool {
+        self.claim_ahead
+            && batch.len() == self.config.batch_size as usize
+            && claims < MAX_CLAIMS_PER_RUN
+            && self.last_send_delivered.load(Ordering::Relaxed)
+            && !self.stop_claiming.is_cancelled()
+    }
+}
+
 #[async_trait]
 impl TaskBody for EventPoller {
     fn name(&self) -> &str {
         &self.event_type
     }
 
+    /// Drains while batches come back full, as a three-stage pipeline: batch n is sent while
+    /// batch n+1 is claimed and batch n-1 is settled. Sends never overlap, so the broker sees
+    /// events in claim order, as with a sequential drain. Every claimed batch is sent and settled
+    /// before the run returns, even after an error, so nothing waits for stuck recovery.
     async fn run_once(&self) -> Result<RunOutcome> {
-        let batch = self
-            .outbox
-            .claim(&self.event_type, self.config.batch_size)
-            .await
-            .map_err(|e| e.context(format!("claiming {}", self.event_type)))?;
-        if batch.is_empty() {
+        let first = self.claim().await?;
+        if first.is_empty() {
             return Ok(RunOutcome::Ran(RunResult::Short));
         }
-        self.stats.claimed.fetch_add(batch.len() as u64, Ordering::Relaxed);
-        let messages: Vec<OutboundMessage> =
-            batch.events.iter().map(|event| event.to_message(&self.config.topic)).collect();
-        let results = self.send_bounded(&messages).await;
-        let (settlements, [delivered, retried, failed]) = self.settlements(&batch, results);
-        self.settle_with_retries(&batch, &settlements).await?;
-        self.stats.delivered.fetch_add(delivered, Ordering::Relaxed);
-        self.stats.retried.fetch_add(retried, Ordering::Relaxed);
-        self.stats.failed.fetch_add(failed, Ordering::Relaxed);
-        self.metrics.events_settled(&self.event_type, delivered, retried, failed);
-        // Drain only while the broker takes events: a full batch of failures must not re-poll at
-        // once against a broker that is down.
-        let full = batch.len() == self.config.batch_size as usize && delivered > 0;
-        Ok(RunOutcome::Ran(if full { RunResult::Full } else { RunResult::Short }))
+        let mut claims = 1;
+        let mut current = Some(first);
+        let mut sent = None;
+        let mut first_error = None;
+        let mut more_waiting = false;
+        while let Some(batch) = current.take() {
+            let claim_ahead = first_error.is_none() && self.may_claim_ahead(&batch, claims);
+            let messages: Vec<OutboundMessage> =
+                batch.events.iter().map(|event| event.to_message(&self.config.topic)).collect();
+            let (results, next, settled) = tokio::join!(
+                self.send_bounded(&messages),
+                async { if claim_ahead { Some(self.claim().await) } else { None } },
+                self.settle_sent(sent.take()),
+            );
+            if let Err(error) = settled {
+                first_error.get_or_insert(error);
+            }
+            match next {
+                Some(Ok(next)) if !next.is_empty() => {
+                    claims += 1;
+                    current = Some(next);
+                }
+                Some(Err(error)) => {
+                    first_error.get_or_insert(error);
+                }
+                _ => {}
+            }
+            let (settlements, counts) = self.settlements(&batch, results);
+            // Drain only while the broker takes events: a full batch of failures must not re-poll
+            // at once against a broker that is down.
+            let delivered = counts[0] > 0;
+            self.last_send_delivered.store(delivered, Ordering::Relaxed);
+            more_waiting = delivered && batch.len() == self.config.batch_size as usize;
+            sent = Some(SentBatch { batch, settlements, counts });
+        }
+        let settled = self.settle_sent(sent).await;
+        if let Some(error) = first_error {
+            return Err(error);
+        }
+        settled?;
+        Ok(RunOutcome::Ran(if more_waiting { RunResult::Full } else { RunResult::Short }))
     }
 }
 

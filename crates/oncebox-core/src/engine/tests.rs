@@ -97,10 +97,12 @@ impl OutboxDao for ScriptedOutbox {
     }
 }
 
-/// Acknowledges everything after `delay`, tracking the most batches in flight at once.
+/// Acknowledges everything after `delay` (or refuses everything when `refuse`), tracking the most
+/// batches in flight at once.
 #[derive(Default)]
 struct CountingSender {
     delay: Duration,
+    refuse: bool,
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
 }
@@ -112,7 +114,14 @@ impl Sender for CountingSender {
         self.max_in_flight.fetch_max(now, Ordering::SeqCst);
         tokio::time::sleep(self.delay).await;
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
-        batch.iter().map(|_| Ok(())).collect()
+        batch
+            .iter()
+            .map(
+                |_| {
+                    if self.refuse { Err(Error::temporary(ErrorKind::Broker, "broker down")) } else { Ok(()) }
+                },
+            )
+            .collect()
     }
 }
 
@@ -156,6 +165,70 @@ async fn a_full_backlog_drains_without_waiting_between_full_batches() {
     assert!(claims[..6].iter().all(|t| *t == started), "full batches waited: {:?}", claims);
     assert_eq!(engine.stats().delivered, 1000);
     engine.shutdown(Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
+}
+
+fn offsets_from(started: TokioInstant, claims: &[TokioInstant]) -> Vec<u64> {
+    claims.iter().map(|t| t.duration_since(started).as_millis() as u64).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_next_claim_overlaps_the_current_send_and_sends_never_overlap() {
+    let outbox = Arc::new(ScriptedOutbox::with_pending(1000));
+    let sender = Arc::new(CountingSender { delay: Duration::from_millis(100), ..CountingSender::default() });
+    let config = outbox_only(Config::builder().event("e", EventSettings::new("t").batch_size(200)));
+    let engine = start(config, outbox.clone(), sender.clone());
+    let started = TokioInstant::now();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Batch 2 is claimed while batch 1 is sent; each later claim starts with the previous send.
+    // The sixth claim finds nothing and ends the drain after five sends, not six.
+    assert_eq!(offsets_from(started, &outbox.claim_times()[..6]), [0, 0, 100, 200, 300, 400]);
+    assert_eq!(sender.max_in_flight.load(Ordering::SeqCst), 1, "sends overlapped");
+    assert_eq!(engine.stats().delivered, 1000);
+    engine.shutdown(Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn claiming_ahead_is_off_when_stuck_recovery_could_take_a_waiting_batch() {
+    let outbox = Arc::new(ScriptedOutbox::with_pending(600));
+    let sender = Arc::new(CountingSender { delay: Duration::from_millis(100), ..CountingSender::default() });
+    let recovery =
+        crate::config::Polling::Fixed { initial_delay: Duration::ZERO, delay: Duration::from_secs(60) };
+    let config = outbox_only(
+        Config::builder()
+            .emergency_timeout(Duration::from_secs(60))
+            .stuck_recovery(Duration::from_secs(100), recovery)
+            .event("e", EventSettings::new("t").batch_size(200)),
+    );
+    let engine = start(config, outbox.clone(), sender);
+    let started = TokioInstant::now();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(offsets_from(started, &outbox.claim_times()[..4]), [0, 100, 200, 300]);
+    assert_eq!(engine.stats().delivered, 600);
+    engine.shutdown(Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_batch_stops_claiming_ahead_until_a_send_gets_through() {
+    let outbox = Arc::new(ScriptedOutbox::with_pending(10_000));
+    let sender = Arc::new(CountingSender {
+        delay: Duration::from_millis(100),
+        refuse: true,
+        ..CountingSender::default()
+    });
+    let config = outbox_only(Config::builder().event("e", EventSettings::new("t").batch_size(200)));
+    let engine = start(config, outbox.clone(), sender);
+    let started = TokioInstant::now();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let claims = offsets_from(started, &outbox.claim_times());
+    // The first run claimed one batch ahead before it knew the broker was down; the claimed batch
+    // is still sent and settled. After that every run claims one batch and backs off.
+    assert_eq!(claims[..2], [0, 0]);
+    assert!(claims[2] >= 200, "a refused batch re-polled at once: {claims:?}");
+    let gaps: Vec<u64> = claims[2..].windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(gaps.iter().all(|gap| *gap > 100), "claimed ahead against a refusing broker: {claims:?}");
+    engine.shutdown(Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
+    let stats = engine.stats();
+    assert_eq!(stats.claimed, stats.retried, "every claimed event was sent and settled for a retry");
 }
 
 #[tokio::test(start_paused = true)]
