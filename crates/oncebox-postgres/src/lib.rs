@@ -42,7 +42,7 @@
 //! | capability | PostgreSQL |
 //! |---|---|
 //! | claim | one statement: `UPDATE … FROM (SELECT … FOR UPDATE SKIP LOCKED LIMIT n) RETURNING` |
-//! | settle | one statement per batch (`UPDATE … FROM UNNEST(…)`), fenced by the claim token |
+//! | settle | one statement per batch (`UPDATE … WHERE id = ANY(…)` when all were delivered, else `UPDATE … FROM UNNEST(…)`), fenced by the claim token |
 //! | batch publish | one `INSERT … SELECT FROM UNNEST(…)` whatever the batch size |
 //! | caller transactions | `sqlx::Transaction<'_, Postgres>`; `tokio_postgres::Transaction<'_>` (feature) |
 //! | instances | any number, on one table |

@@ -17,8 +17,9 @@ use crate::time::{limit, micros};
 /// `last_error` keeps at most this many characters of a failure text.
 /// [`OutboxDao`] for PostgreSQL. A claim is one `UPDATE … FROM (SELECT … FOR UPDATE SKIP LOCKED)`
 /// statement, so any number of instances claim from one table without ever sharing a row and
-/// without holding locks while the broker is called; a settle is one `UPDATE … FROM UNNEST(…)`
-/// guarded by the claim token.
+/// without holding locks while the broker is called; a settle is one `UPDATE … WHERE id = ANY(…)`
+/// when every event was delivered and one `UPDATE … FROM UNNEST(…)` otherwise, guarded by the claim
+/// token.
 #[derive(Clone)]
 pub struct PgOutboxDao {
     pool: PgPool,
@@ -103,13 +104,20 @@ impl OutboxDao for PgOutboxDao {
         if settlements.is_empty() {
             return Ok(SettleReport::default());
         }
-        let arrays = SettleArrays::new(settlements);
-        let settled = sqlx::query(self.statements.settle.clone())
-            .bind(batch.claim_token)
-            .bind(&arrays.ids)
-            .bind(&arrays.statuses)
-            .bind(&arrays.delays)
-            .bind(&arrays.errors)
+        let all_delivered = settlements.iter().all(|s| matches!(s, Settlement::Processed { .. }));
+        let query = if all_delivered {
+            let ids: Vec<Uuid> = settlements.iter().map(Settlement::id).collect();
+            sqlx::query(self.statements.settle_processed.clone()).bind(batch.claim_token).bind(ids)
+        } else {
+            let arrays = SettleArrays::new(settlements);
+            sqlx::query(self.statements.settle.clone())
+                .bind(batch.claim_token)
+                .bind(arrays.ids)
+                .bind(arrays.statuses)
+                .bind(arrays.delays)
+                .bind(arrays.errors)
+        };
+        let settled = query
             .execute(&self.pool)
             .await
             .context(&format!("settling a batch of {}", batch.event_type))?

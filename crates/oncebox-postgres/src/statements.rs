@@ -30,6 +30,7 @@ pub(crate) struct Statements {
     pub(crate) insert_events_notify: SqlStr,
     pub(crate) claim: SqlStr,
     pub(crate) settle: SqlStr,
+    pub(crate) settle_processed: SqlStr,
     pub(crate) recover_stuck: SqlStr,
     pub(crate) delete_processed: SqlStr,
     pub(crate) get_event: SqlStr,
@@ -82,6 +83,7 @@ impl Statements {
                 .into_sql_str(),
             claim: sql(include_str!("../sql/claim.sql")),
             settle: sql(include_str!("../sql/settle.sql")),
+            settle_processed: sql(include_str!("../sql/settle_processed.sql")),
             recover_stuck: sql(include_str!("../sql/recover_stuck.sql")),
             delete_processed: sql(include_str!("../sql/delete_processed.sql")),
             get_event: sql(include_str!("../sql/get_event.sql")),
@@ -116,7 +118,13 @@ mod tests {
     fn templates_are_fully_rendered() {
         let names = TableNames::with_prefix("shop_").unwrap_or_default();
         let statements = Statements::new(&names);
-        for sql in [&statements.claim, &statements.settle, &statements.job_unlock, &statements.dlq_list] {
+        for sql in [
+            &statements.claim,
+            &statements.settle,
+            &statements.settle_processed,
+            &statements.job_unlock,
+            &statements.dlq_list,
+        ] {
             for placeholder in ["{events}", "{dlq}", "{consumed}", "{jobs}", "{prefix}"] {
                 assert!(!sql.as_str().contains(placeholder), "{placeholder} left in {}", sql.as_str());
             }
