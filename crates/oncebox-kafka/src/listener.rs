@@ -15,7 +15,7 @@
 //!   paused) at that record until the listener restarts or the group rebalances. Never committed
 //!   silently.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -284,6 +284,25 @@ impl ConsumerContext for ListenerContext {
 
 type ListenerConsumer = StreamConsumer<ListenerContext>;
 
+fn partition_keys(list: &TopicPartitionList) -> HashSet<PartitionKey> {
+    list.elements().iter().map(|element| (element.topic().to_owned(), element.partition())).collect()
+}
+
+/// The offsets the final commit covers: only partitions still assigned. A partition lost to a
+/// rebalance has a new owner that may have committed past this consumer's last record, and
+/// committing the older offset over it would make the group consume those records again.
+fn final_offsets(
+    committed: &HashMap<PartitionKey, i64>,
+    assigned: &HashSet<PartitionKey>,
+) -> TopicPartitionList {
+    let mut list = TopicPartitionList::new();
+    for (key, next) in committed.iter().filter(|(key, _)| assigned.contains(*key)) {
+        // Cannot fail for a new partition entry with a concrete offset.
+        let _ = list.add_partition_offset(&key.0, key.1, Offset::Offset(*next));
+    }
+    list
+}
+
 /// A partition held back at a record that must wait: a failed handler's backoff, or a poison
 /// record without a dead-letter topic.
 ///
@@ -396,8 +415,9 @@ impl KafkaListener {
 
     /// Joins the group and consumes until `shutdown` completes, then finishes the record in hand
     /// (within the [shutdown grace](KafkaListenerConfig::with_shutdown_grace)), commits what
-    /// succeeded synchronously and leaves the group. Broker outages are logged and ridden out by
-    /// librdkafka's reconnects; only shutdown or an unusable configuration ends the call.
+    /// succeeded on the partitions it still owns synchronously and leaves the group. Broker outages are
+    /// logged and ridden out by librdkafka's reconnects; only shutdown or an unusable configuration ends
+    /// the call.
     pub async fn run(&self, shutdown: impl Future<Output = ()>) -> Result<()> {
         let consumer: ListenerConsumer = self
             .config
@@ -430,14 +450,18 @@ impl KafkaListener {
         };
         // The per-record commits are asynchronous; one synchronous commit makes sure the last of
         // them reached the group coordinator before the consumer leaves.
-        if !committed.is_empty() {
-            let mut list = TopicPartitionList::new();
-            for ((topic, partition), next) in &committed {
-                let _ = list.add_partition_offset(topic, *partition, Offset::Offset(*next));
+        let assigned = match consumer.assignment() {
+            Ok(list) => partition_keys(&list),
+            Err(error) => {
+                tracing::warn!(%error, "could not read the Kafka assignment; the final commit is skipped and the last records will be redelivered");
+                HashSet::new()
             }
-            if let Err(error) = consumer.commit(&list, CommitMode::Sync) {
-                tracing::warn!(%error, "the final Kafka offset commit failed; the last records will be redelivered");
-            }
+        };
+        let list = final_offsets(&committed, &assigned);
+        if list.count() > 0
+            && let Err(error) = consumer.commit(&list, CommitMode::Sync)
+        {
+            tracing::warn!(%error, "the final Kafka offset commit failed; the last records will be redelivered");
         }
         consumer.unsubscribe();
         result
@@ -731,6 +755,19 @@ mod tests {
             41,
             Some(owned),
         )
+    }
+
+    #[test]
+    fn the_final_commit_leaves_out_partitions_lost_to_a_rebalance() {
+        let key = |partition| ("orders".to_owned(), partition);
+        let committed = HashMap::from([(key(0), 10), (key(1), 20), (key(2), 30)]);
+        let assigned = HashSet::from([key(0), key(2), key(3)]);
+        let list = final_offsets(&committed, &assigned);
+        let mut offsets: Vec<(i32, Offset)> =
+            list.elements().iter().map(|element| (element.partition(), element.offset())).collect();
+        offsets.sort_by_key(|(partition, _)| *partition);
+        assert_eq!(offsets, [(0, Offset::Offset(10)), (2, Offset::Offset(30))]);
+        assert_eq!(final_offsets(&committed, &HashSet::new()).count(), 0);
     }
 
     #[test]

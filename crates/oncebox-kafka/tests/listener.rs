@@ -18,14 +18,18 @@ use oncebox_kafka::{
     KafkaOutcome, KafkaSender, KafkaSenderConfig,
 };
 use oncebox_sqlite::SqliteDialect;
-use oncebox_testkit::case;
 use oncebox_testkit::runner::{Case, Failed, Suite, TestResult, fail};
+use oncebox_testkit::{case, eventually};
+use rdkafka::producer::FutureProducer;
 use serde::Deserialize;
 use tokio::sync::{broadcast, oneshot};
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
-use support::{committed_offset, create_topics, fresh_name, produce_raw, raw_producer, read_topic};
+use support::{
+    committed_offset, committed_offset_at, create_topics_with_partitions, fresh_name, produce_raw,
+    produce_raw_to, raw_producer, read_topic,
+};
 
 const EVENT_TYPE: &str = "order-created";
 /// How long to wait for something the test expects before giving up.
@@ -72,13 +76,23 @@ struct Fixture {
 }
 
 impl Fixture {
-    /// Fresh topics (and a dead-letter topic when `dead_letter`), then a listener in a fresh group.
+    /// Fresh single-partition topics (and a dead-letter topic when `dead_letter`), then a listener
+    /// in a fresh group.
     async fn start(harness: &Harness, effect: Arc<Effect>, dead_letter: bool) -> Result<Self, Failed> {
+        Self::start_with_partitions(harness, effect, dead_letter, 1).await
+    }
+
+    async fn start_with_partitions(
+        harness: &Harness,
+        effect: Arc<Effect>,
+        dead_letter: bool,
+        partitions: i32,
+    ) -> Result<Self, Failed> {
         let topic = fresh_name("orders");
         let dead_letter_topic = dead_letter.then(|| fresh_name("orders-dlt"));
         let mut topics = vec![topic.as_str()];
         topics.extend(dead_letter_topic.as_deref());
-        create_topics(&harness.bootstrap, &topics).await.map_err(fail)?;
+        create_topics_with_partitions(&harness.bootstrap, &topics, partitions).await.map_err(fail)?;
         let group = fresh_name("billing");
         let database = std::env::temp_dir().join(format!("{group}.db"));
         let dialect = SqliteDialect::connect(&database.to_string_lossy()).await.map_err(fail)?;
@@ -115,6 +129,15 @@ impl Fixture {
 
     /// Starts a listener in the fixture's group whose effect is `effect`, through the inbox.
     fn listen(&mut self, effect: Arc<Effect>) -> oncebox_core::Result<()> {
+        let running = self.spawn(effect)?;
+        self.outcomes = running.outcomes;
+        self.stop = Some(running.stop);
+        self.task = Some(running.task);
+        Ok(())
+    }
+
+    /// Starts another member of the fixture's group, with the same inbox.
+    fn spawn(&self, effect: Arc<Effect>) -> oncebox_core::Result<Running> {
         let listener = KafkaListener::builder(self.config())
             .on_once(EVENT_TYPE, self.inbox.clone(), move |event: KafkaEvent<OrderCreated>| {
                 let effect = effect.clone();
@@ -131,17 +154,16 @@ impl Fixture {
                 }
             })
             .build()?;
-        self.outcomes = listener.outcomes();
+        let outcomes = listener.outcomes();
         let (stop, stopped) = oneshot::channel::<()>();
-        self.stop = Some(stop);
-        self.task = Some(tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             listener
                 .run(async move {
                     let _ = stopped.await;
                 })
                 .await
-        }));
-        Ok(())
+        });
+        Ok(Running { outcomes, stop, task })
     }
 
     /// Stops the listener; the outcomes it reported stay readable.
@@ -197,6 +219,20 @@ impl Fixture {
 
     fn committed(&self) -> Result<Option<i64>, Failed> {
         committed_offset(&self.bootstrap, &self.group, &self.topic).map_err(fail)
+    }
+}
+
+/// A listener task and what it reports.
+struct Running {
+    outcomes: broadcast::Receiver<KafkaOutcome>,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<oncebox_core::Result<()>>,
+}
+
+impl Running {
+    async fn stop(self) -> TestResult {
+        let _ = self.stop.send(());
+        self.task.await.map_err(fail)?.map_err(fail)
     }
 }
 
@@ -406,6 +442,105 @@ async fn a_poison_record_without_a_dead_letter_topic_stops_its_partition(
     Ok(())
 }
 
+/// Produces an `order-created` record with a fresh id to `partition`; returns the id.
+async fn produce_order(
+    fixture: &Fixture,
+    producer: &FutureProducer,
+    partition: i32,
+    index: u32,
+) -> Result<Uuid, Failed> {
+    let id = Uuid::now_v7();
+    let id_text = id.to_string();
+    let headers: [(&str, &[u8]); 3] = [
+        (HEADER_EVENT_ID, id_text.as_bytes()),
+        (HEADER_EVENT_TYPE, EVENT_TYPE.as_bytes()),
+        (HEADER_PAYLOAD_TYPE, b"OrderCreated"),
+    ];
+    let payload = format!("{{\"index\":{index}}}");
+    produce_raw_to(producer, &fixture.topic, Some(partition), &headers, payload.as_bytes())
+        .await
+        .map_err(fail)?;
+    Ok(id)
+}
+
+/// A partition that moved to another member in a rebalance now belongs to that member: when the
+/// first member stops, its final synchronous commit must not write its older offset over the one
+/// the new owner committed, or the group would consume those records again.
+async fn a_listener_that_lost_a_partition_does_not_commit_over_its_new_owner(
+    harness: Arc<Harness>,
+) -> TestResult {
+    let mut fixture = Fixture::start_with_partitions(&harness, Arc::new(Effect::default()), false, 2).await?;
+    let producer = raw_producer(&fixture.bootstrap).map_err(fail)?;
+    let mut produced = [0i64; 2];
+    let mut partition_of = std::collections::HashMap::new();
+    for index in 0..6 {
+        let partition = (index % 2) as i32;
+        let id = produce_order(&fixture, &producer, partition, index).await?;
+        partition_of.insert(id, partition);
+        produced[partition as usize] += 1;
+    }
+    for _ in 0..6 {
+        fixture.next_outcome().await?;
+    }
+    let (bootstrap, group, topic) = (fixture.bootstrap.clone(), fixture.group.clone(), fixture.topic.clone());
+    let committed_at =
+        |partition: i32| committed_offset_at(&bootstrap, &group, &topic, partition).map_err(fail);
+    eventually("the first member committed both partitions", WAIT, || async {
+        Ok(committed_at(0)? == Some(produced[0]) && committed_at(1)? == Some(produced[1]))
+    })
+    .await?;
+
+    // A second member joins; records go on arriving on both partitions until it handles one, which
+    // shows which partition the group moved to it.
+    let mut second = fixture.spawn(Arc::new(Effect::default())).map_err(fail)?;
+    let deadline = std::time::Instant::now() + 2 * WAIT;
+    let mut index = 6;
+    let moved = loop {
+        if std::time::Instant::now() > deadline {
+            second.stop().await?;
+            return Err(fail(format!(
+                "gave up waiting: the second member handled nothing within {:?}",
+                2 * WAIT
+            )));
+        }
+        for partition in 0..2 {
+            let id = produce_order(&fixture, &producer, partition, index).await?;
+            partition_of.insert(id, partition);
+            produced[partition as usize] += 1;
+            index += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let applied =
+            std::iter::from_fn(|| second.outcomes.try_recv().ok()).find_map(|outcome| match outcome {
+                KafkaOutcome::Applied { id } => partition_of.get(&id).copied(),
+                _ => None,
+            });
+        if let Some(partition) = applied {
+            break partition;
+        }
+    };
+    for _ in 0..5 {
+        let id = produce_order(&fixture, &producer, moved, index).await?;
+        partition_of.insert(id, moved);
+        produced[moved as usize] += 1;
+        index += 1;
+    }
+    eventually("the new owner committed every record of the moved partition", WAIT, || async {
+        Ok(committed_at(moved)? == Some(produced[moved as usize]))
+    })
+    .await?;
+
+    fixture.stop().await?;
+    let after_first_stopped = committed_at(moved)?;
+    second.stop().await?;
+    assert_eq!(
+        after_first_stopped,
+        Some(produced[moved as usize]),
+        "the member that lost partition {moved} committed an older offset over its new owner's"
+    );
+    Ok(())
+}
+
 fn cases() -> Vec<Case<Harness>> {
     vec![
         case!("a_typed_handler_receives_the_decoded_event", a_typed_handler_receives_the_decoded_event),
@@ -422,6 +557,10 @@ fn cases() -> Vec<Case<Harness>> {
         case!(
             "a_poison_record_without_a_dead_letter_topic_stops_its_partition",
             a_poison_record_without_a_dead_letter_topic_stops_its_partition
+        ),
+        case!(
+            "a_listener_that_lost_a_partition_does_not_commit_over_its_new_owner",
+            a_listener_that_lost_a_partition_does_not_commit_over_its_new_owner
         ),
     ]
 }

@@ -71,12 +71,17 @@ pub fn plumbing(context: &str, error: impl std::fmt::Display) -> Error {
 
 /// Creates single-partition topics through the admin API (tansu creates none on first use).
 pub async fn create_topics(bootstrap: &str, topics: &[&str]) -> Result<()> {
+    create_topics_with_partitions(bootstrap, topics, 1).await
+}
+
+/// Creates topics of `partitions` partitions each through the admin API.
+pub async fn create_topics_with_partitions(bootstrap: &str, topics: &[&str], partitions: i32) -> Result<()> {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .create()
         .map_err(|error| plumbing("admin client", error))?;
     let new: Vec<NewTopic<'_>> =
-        topics.iter().map(|topic| NewTopic::new(topic, 1, TopicReplication::Fixed(1))).collect();
+        topics.iter().map(|topic| NewTopic::new(topic, partitions, TopicReplication::Fixed(1))).collect();
     let results = admin
         .create_topics(&new, &AdminOptions::new())
         .await
@@ -103,10 +108,24 @@ pub async fn produce_raw(
     headers: &[(&str, &[u8])],
     payload: &[u8],
 ) -> Result<()> {
+    produce_raw_to(producer, topic, None, headers, payload).await
+}
+
+/// As [`produce_raw`], to `partition` when given (else the producer's partitioner picks).
+pub async fn produce_raw_to(
+    producer: &FutureProducer,
+    topic: &str,
+    partition: Option<i32>,
+    headers: &[(&str, &[u8])],
+    payload: &[u8],
+) -> Result<()> {
     let owned = headers
         .iter()
         .fold(OwnedHeaders::new(), |list, (key, value)| list.insert(Header { key, value: Some(*value) }));
-    let record = FutureRecord::<[u8], [u8]>::to(topic).headers(owned).payload(payload);
+    let mut record = FutureRecord::<[u8], [u8]>::to(topic).headers(owned).payload(payload);
+    if let Some(partition) = partition {
+        record = record.partition(partition);
+    }
     producer
         .send(record, Duration::from_secs(10))
         .await
@@ -117,6 +136,11 @@ pub async fn produce_raw(
 /// The offset `group` committed for partition 0 of `topic`, read from the group coordinator;
 /// `None` when the group committed nothing there.
 pub fn committed_offset(bootstrap: &str, group: &str, topic: &str) -> Result<Option<i64>> {
+    committed_offset_at(bootstrap, group, topic, 0)
+}
+
+/// As [`committed_offset`], for `partition`.
+pub fn committed_offset_at(bootstrap: &str, group: &str, topic: &str, partition: i32) -> Result<Option<i64>> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", group)
@@ -124,11 +148,11 @@ pub fn committed_offset(bootstrap: &str, group: &str, topic: &str) -> Result<Opt
         .create()
         .map_err(|error| plumbing("offset reader", error))?;
     let mut list = TopicPartitionList::new();
-    list.add_partition(topic, 0);
+    list.add_partition(topic, partition);
     let committed = consumer
         .committed_offsets(list, Duration::from_secs(10))
         .map_err(|error| plumbing("reading committed offsets", error))?;
-    match committed.find_partition(topic, 0).map(|element| element.offset()) {
+    match committed.find_partition(topic, partition).map(|element| element.offset()) {
         Some(Offset::Offset(offset)) => Ok(Some(offset)),
         _ => Ok(None),
     }
