@@ -76,10 +76,15 @@ pub use oncebox_postgres as postgres;
 #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub use oncebox_mysql as mysql;
 
+/// Consumed-id caches for the inbox: in-process (moka) and, with `cache-redis`, Redis.
+#[cfg(feature = "cache")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cache")))]
+pub use oncebox_cache as cache;
 /// The Kafka transport.
 #[cfg(feature = "kafka")]
 #[cfg_attr(docsrs, doc(cfg(feature = "kafka")))]
 pub use oncebox_kafka as kafka;
+
 /// The RabbitMQ transport (lapin): sender with publisher confirms and the inbox listener.
 #[cfg(feature = "rabbit")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rabbit")))]
@@ -273,11 +278,23 @@ impl<D: Dialect, S> OnceboxBuilder<D, S> {
         if config.tables.auto_create {
             dialect.create_schema(plan).await.map_err(|e| e.context("creating oncebox tables"))?;
         }
-        if config.inbox.as_ref().is_some_and(|i| i.cache.is_some()) && cache.is_none() {
-            tracing::warn!(
-                "oncebox.inbox.cache is configured but no cache was attached; every inbox check goes to the database"
-            );
-        }
+        let cache = match (config.inbox.as_ref().and_then(|i| i.cache), cache) {
+            (_, Some(cache)) => Some(cache),
+            #[cfg(feature = "cache")]
+            (Some(cache_config), None) => {
+                Some(Arc::new(oncebox_cache::MemoryCache::from_config(&cache_config))
+                    as Arc<dyn ConsumedCache>)
+            }
+            #[cfg(not(feature = "cache"))]
+            (Some(_), None) => {
+                tracing::warn!(
+                    "oncebox.inbox.cache is configured but no cache was attached and the `cache` feature is off; \
+                     every inbox check goes to the database"
+                );
+                None
+            }
+            (None, None) => None,
+        };
         if outbox_config.is_some() && sender.is_none() {
             return Err(Error::config(
                 "oncebox.outbox",

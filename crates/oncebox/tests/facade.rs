@@ -114,3 +114,40 @@ fn public_types_are_send_and_sync() {
     assert_send_sync::<Config>();
     assert_send_sync::<oncebox::Error>();
 }
+
+/// Counts consumed-id cache lookups and hits.
+#[derive(Default)]
+struct CacheLookups {
+    lookups: std::sync::atomic::AtomicUsize,
+    hits: std::sync::atomic::AtomicUsize,
+}
+
+impl oncebox::OutboxMetrics for CacheLookups {
+    fn cache_lookup(&self, hit: bool) {
+        use std::sync::atomic::Ordering;
+        self.lookups.fetch_add(1, Ordering::SeqCst);
+        if hit {
+            self.hits.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_configured_inbox_cache_is_attached_and_answers_a_redelivery() -> TestResult {
+    use std::sync::atomic::Ordering;
+    let dialect = SqliteDialect::connect(&database_url("cache")?).await?;
+    let config =
+        Config::from_yaml_str("oncebox:\n  inbox:\n    cache:\n      ttl: 10m\n      max-entries: 1000\n")?;
+    let lookups = std::sync::Arc::new(CacheLookups::default());
+    let service = Oncebox::builder(config).dialect(dialect).metrics(lookups.clone()).start().await?;
+    let inbox = service.inbox("billing");
+    let id = uuid::Uuid::now_v7();
+    let first = inbox.consume_once(id, async || Ok::<_, oncebox::Error>(())).await;
+    let again = inbox.consume_once(id, async || Ok::<_, oncebox::Error>(())).await;
+    assert!(matches!(first, Ok(Consumed::Applied(()))));
+    assert!(matches!(again, Ok(Consumed::Duplicate)));
+    assert_eq!(lookups.lookups.load(Ordering::SeqCst), 2);
+    assert_eq!(lookups.hits.load(Ordering::SeqCst), 1, "the redelivery was answered by the cache");
+    service.shutdown(Duration::from_secs(5)).await?;
+    Ok(())
+}
