@@ -76,6 +76,11 @@ pub use oncebox_postgres as postgres;
 #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub use oncebox_mysql as mysql;
 
+/// Metrics through the `metrics` facade, row-count gauges and a Prometheus recorder.
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub use oncebox_metrics as metrics;
+
 /// Consumed-id caches for the inbox: in-process (moka) and, with `cache-redis`, Redis.
 #[cfg(feature = "cache")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cache")))]
@@ -103,6 +108,9 @@ pub struct Oncebox<D: Dialect, S = JsonSerializer> {
     cache: Arc<dyn ConsumedCache>,
     metrics: Arc<dyn OutboxMetrics>,
     config: Config,
+    /// The row-count gauge refresh, stopped at shutdown.
+    #[cfg(feature = "metrics")]
+    gauges: std::sync::Mutex<Option<oncebox_metrics::GaugeRefresh>>,
 }
 
 /// Marks a builder that has no dialect yet.
@@ -118,7 +126,7 @@ pub struct OnceboxBuilder<D, S = JsonSerializer> {
     sender: Option<Arc<dyn Sender>>,
     serializer: S,
     ids: Arc<dyn UuidGenerator>,
-    metrics: Arc<dyn OutboxMetrics>,
+    metrics: Option<Arc<dyn OutboxMetrics>>,
     cache: Option<Arc<dyn ConsumedCache>>,
     dlq_handler: Arc<dyn DlqHandler>,
     worker_id: uuid::Uuid,
@@ -133,7 +141,7 @@ impl Oncebox<Unassembled> {
             sender: None,
             serializer: JsonSerializer,
             ids: Arc::new(UuidV7Generator),
-            metrics: Arc::new(NoMetrics),
+            metrics: None,
             cache: None,
             dlq_handler: Arc::new(LogDlqHandler),
             worker_id: uuid::Uuid::new_v4(),
@@ -226,7 +234,7 @@ impl<D, S> OnceboxBuilder<D, S> {
 
     /// Records metrics through this hook.
     pub fn metrics(mut self, metrics: Arc<dyn OutboxMetrics>) -> Self {
-        self.metrics = metrics;
+        self.metrics = Some(metrics);
         self
     }
 
@@ -295,6 +303,29 @@ impl<D: Dialect, S> OnceboxBuilder<D, S> {
             }
             (None, None) => None,
         };
+        let metrics_wanted = outbox_config.is_some_and(|o| o.metrics.enabled)
+            || config.inbox.as_ref().is_some_and(|i| i.metrics_enabled);
+        let metrics: Arc<dyn OutboxMetrics> = match metrics {
+            Some(metrics) => metrics,
+            #[cfg(feature = "metrics")]
+            None if metrics_wanted => Arc::new(oncebox_metrics::Metrics::new()),
+            #[cfg(not(feature = "metrics"))]
+            None if metrics_wanted => {
+                tracing::warn!(
+                    "metrics are enabled in the configuration but no metrics hook was attached and the `metrics` \
+                     feature is off; nothing is recorded"
+                );
+                Arc::new(NoMetrics)
+            }
+            None => Arc::new(NoMetrics),
+        };
+        let gauge_config = outbox_config.and_then(|o| o.metrics.gauges.as_ref());
+        #[cfg(not(feature = "metrics"))]
+        if gauge_config.is_some() {
+            tracing::warn!(
+                "oncebox.outbox.metrics.gauge is enabled but the `metrics` feature is off; no gauges"
+            );
+        }
         if outbox_config.is_some() && sender.is_none() {
             return Err(Error::config(
                 "oncebox.outbox",
@@ -320,6 +351,12 @@ impl<D: Dialect, S> OnceboxBuilder<D, S> {
             parts.inbox = Some(dialect.inbox_dao());
         }
         let engine = Engine::start(parts)?;
+        #[cfg(feature = "metrics")]
+        let gauges = gauge_config.map(|gauge_config| {
+            let gauges =
+                oncebox_metrics::RowCountGauges::from_config(gauge_config).with_outbox(dialect.outbox_dao());
+            if plan.dlq { gauges.with_dlq(dialect.dlq_dao()) } else { gauges }.spawn()
+        });
         let writer = Arc::new(dialect.writer());
         let event_types =
             outbox_config.map(|o| o.events.keys().cloned().collect::<Vec<_>>()).unwrap_or_default();
@@ -334,6 +371,8 @@ impl<D: Dialect, S> OnceboxBuilder<D, S> {
             cache: cache.unwrap_or_else(|| Arc::new(NoCache)),
             metrics,
             config,
+            #[cfg(feature = "metrics")]
+            gauges: std::sync::Mutex::new(gauges),
         })
     }
 }
@@ -394,6 +433,12 @@ impl<D: Dialect, S> Oncebox<D, S> {
     /// Graceful shutdown: stops claiming, lets in-flight batches settle within `deadline`,
     /// flushes the sender.
     pub async fn shutdown(&self, deadline: Duration) -> Result<()> {
+        #[cfg(feature = "metrics")]
+        let gauges = self.gauges.lock().ok().and_then(|mut slot| slot.take());
+        #[cfg(feature = "metrics")]
+        if let Some(gauges) = gauges {
+            gauges.stop().await;
+        }
         self.engine.shutdown(deadline).await
     }
 }

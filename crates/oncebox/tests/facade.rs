@@ -151,3 +151,45 @@ async fn a_configured_inbox_cache_is_attached_and_answers_a_redelivery() -> Test
     service.shutdown(Duration::from_secs(5)).await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configured_metrics_and_gauges_reach_the_installed_recorder() -> TestResult {
+    let recorder = oncebox::metrics::prometheus_builder()?.build_recorder();
+    let handle = recorder.handle();
+    metrics::set_global_recorder(recorder)?;
+    let config = Config::from_yaml_str(
+        r#"
+oncebox:
+  outbox:
+    events:
+      order-created:
+        topic: orders
+        polling: { min-fixed-delay: 10ms, max-fixed-delay: 100ms }
+    metrics:
+      enabled: true
+      gauge: { enabled: true, cache: { ttls: [1s, 1s, 1s] } }
+"#,
+    )?;
+    let dialect = SqliteDialect::connect(&database_url("metrics")?).await?;
+    let pool = dialect.pool().clone();
+    let broker = MemoryBroker::new();
+    let service = Oncebox::builder(config).dialect(dialect).sender(broker.clone()).start().await?;
+    let mut tx = pool.begin().await?;
+    for id in 0..3 {
+        service.publisher().publish(&mut tx, "order-created", &OrderCreated { id }).await?;
+    }
+    tx.commit().await?;
+    let processed = r#"oncebox_outbox_events{event_type="order-created",status="processed"} 3"#;
+    let delivered = r#"oncebox_events_settled_total{event_type="order-created",outcome="delivered"} 3"#;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let rendered = handle.render();
+        if rendered.contains(processed) && rendered.contains(delivered) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "gave up waiting for the metrics:\n{rendered}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    service.shutdown(Duration::from_secs(5)).await?;
+    Ok(())
+}

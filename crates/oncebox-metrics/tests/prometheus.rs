@@ -1,0 +1,112 @@
+//! The metrics hook and the row-count gauges recorded into a real Prometheus recorder, from a real
+//! engine relaying SQLite rows to the in-memory broker and a real inbox.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use oncebox_core::config::{Backoff, EventSettings};
+use oncebox_core::{Config, Consumed, Dialect, Engine, EngineParts, Error, Inbox, Publisher, SchemaPlan};
+use oncebox_metrics::{Metrics, RowCountGauges, names, prometheus_builder};
+use oncebox_sqlite::SqliteDialect;
+use oncebox_testkit::MemoryBroker;
+
+type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+/// The value of the series `name{labels}` in a Prometheus text rendering (labels in the order
+/// they were recorded).
+fn value(rendered: &str, name: &str, labels: &str) -> Option<f64> {
+    let series = format!("{name}{{{labels}}} ");
+    rendered.lines().find_map(|line| line.strip_prefix(&series)).and_then(|v| v.trim().parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_engine_and_the_inbox_report_into_prometheus() -> TestResult {
+    let recorder = prometheus_builder()?.build_recorder();
+    let handle = recorder.handle();
+    metrics::set_global_recorder(recorder)?;
+
+    let path = std::env::temp_dir().join(format!("oncebox-metrics-{}.db", uuid::Uuid::new_v4().simple()));
+    let dialect = SqliteDialect::connect(&path.to_string_lossy()).await?;
+    dialect.create_schema(SchemaPlan { outbox: true, dlq: false, inbox: true, jobs: false }).await?;
+    let publisher = Publisher::new(dialect.writer(), ["order-created".to_owned()]);
+    let mut tx = dialect.pool().begin().await?;
+    for index in 0..25 {
+        publisher.publish(&mut tx, "order-created", &serde_json::json!({ "index": index })).await?;
+    }
+    tx.commit().await?;
+
+    let broker = MemoryBroker::new();
+    // The first message sent fails and is retried, counted as such.
+    broker.fail_next(1);
+    let config = Config::builder()
+        .event(
+            "order-created",
+            EventSettings::new("orders")
+                .batch_size(10)
+                .backoff(Backoff { enabled: false, ..Backoff::default() }),
+        )
+        .processed_clean_up(None)
+        .build()?;
+    let mut parts = EngineParts::new(config);
+    parts.outbox = Some(dialect.outbox_dao());
+    parts.sender = Some(Arc::new(broker.clone()));
+    parts.metrics = Arc::new(Metrics::new());
+    let engine = Engine::start(parts)?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while broker.delivery_counts().len() < 25 {
+        if Instant::now() > deadline {
+            return Err("gave up waiting: 25 events were not delivered within 30 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    engine.shutdown(Duration::from_secs(10)).await?;
+
+    let inbox = Inbox::new("billing", dialect.inbox_dao(), ()).with_metrics(Arc::new(Metrics::new()));
+    let id = uuid::Uuid::now_v7();
+    let first = inbox.consume_once(id, async || Ok::<_, Error>(())).await;
+    let again = inbox.consume_once(id, async || Ok::<_, Error>(())).await;
+    assert!(matches!(first, Ok(Consumed::Applied(()))) && matches!(again, Ok(Consumed::Duplicate)));
+
+    let gauges = RowCountGauges::new(Duration::from_secs(60)).with_outbox(dialect.outbox_dao());
+    gauges.refresh().await?;
+
+    let rendered = handle.render();
+    let delivered =
+        value(&rendered, names::EVENTS_SETTLED, r#"event_type="order-created",outcome="delivered""#);
+    let retried = value(&rendered, names::EVENTS_SETTLED, r#"event_type="order-created",outcome="retried""#);
+    assert_eq!(delivered, Some(25.0), "{rendered}");
+    assert_eq!(retried, Some(1.0), "{rendered}");
+    assert!(
+        rendered.contains(&format!(r#"{}_bucket{{task="order-created",le="0.001"}}"#, names::TASK_DURATION)),
+        "task durations must be a histogram with buckets, not a summary:\n{rendered}"
+    );
+    assert!(
+        value(&rendered, names::TASK_RUNS, r#"task="order-created",outcome="short""#)
+            .is_some_and(|n| n >= 1.0),
+        "{rendered}"
+    );
+    assert_eq!(value(&rendered, names::TASKS_RUNNING, r#"task="order-created""#), Some(0.0), "{rendered}");
+    assert_eq!(
+        value(&rendered, names::OUTBOX_ROWS, r#"event_type="order-created",status="processed""#),
+        Some(25.0),
+        "{rendered}"
+    );
+    assert_eq!(value(&rendered, names::INBOX_EVENTS, r#"consumer="billing",outcome="consumed""#), Some(1.0));
+    assert_eq!(value(&rendered, names::INBOX_EVENTS, r#"consumer="billing",outcome="duplicate""#), Some(1.0));
+    assert!(!rendered.contains(&id.to_string()), "an event id became a label");
+
+    // Once the rows are gone, their gauge drops to 0 instead of keeping the last count.
+    sqlx::query("DELETE FROM outbox_events").execute(dialect.pool()).await?;
+    gauges.refresh().await?;
+    let rendered = handle.render();
+    assert_eq!(
+        value(&rendered, names::OUTBOX_ROWS, r#"event_type="order-created",status="processed""#),
+        Some(0.0),
+        "{rendered}"
+    );
+    dialect.pool().close().await;
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.to_string_lossy()));
+    }
+    Ok(())
+}
