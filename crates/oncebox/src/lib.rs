@@ -81,6 +81,11 @@ pub use oncebox_mysql as mysql;
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use oncebox_metrics as metrics;
 
+/// The REST API for the dead letter queue: `dlq_api::router(oncebox.dlq())`.
+#[cfg(feature = "dlq-api")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dlq-api")))]
+pub use oncebox_dlq_api as dlq_api;
+
 /// Consumed-id caches for the inbox: in-process (moka) and, with `cache-redis`, Redis.
 #[cfg(feature = "cache")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cache")))]
