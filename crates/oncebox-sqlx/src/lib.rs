@@ -1,0 +1,34 @@
+//! What the sqlx dialects of oncebox (`oncebox-sqlite`, `oncebox-postgres`, `oncebox-mysql`)
+//! share, written once over `sqlx::Row` and `sqlx::Database`: turning sqlx errors into
+//! [`oncebox_core::Error`] with a temporary/permanent verdict, decoding outbox and DLQ rows into the
+//! core types with errors that name table, row and column, and reading status counts.
+//!
+//! Each dialect supplies only what its database does differently: which server error codes mean
+//! "try again later" ([`ServerErrors`]) and how its columns are stored ([`RowFormat`]).
+//!
+//! ```
+//! use oncebox_sqlx::{ServerErrors, database_error};
+//! use sqlx::error::DatabaseError;
+//!
+//! /// A database whose server errors never pass by themselves.
+//! struct NeverTemporary;
+//!
+//! impl ServerErrors for NeverTemporary {
+//!     fn is_temporary(_error: &(dyn DatabaseError + 'static)) -> bool {
+//!         false
+//!     }
+//! }
+//!
+//! // A pool that timed out may have a free connection next time, whatever the database.
+//! let error = database_error::<NeverTemporary>("claiming a batch", sqlx::Error::PoolTimedOut);
+//! assert!(error.is_temporary());
+//! assert!(error.to_string().contains("claiming a batch"));
+//! ```
+
+#![deny(missing_docs)]
+
+mod error;
+mod row;
+
+pub use error::{ServerErrors, SqlxResultExt, database_error};
+pub use row::{DecodeRow, NativeFormat, RowFormat, StoredValue, count, parse_status, status_counts};

@@ -1,0 +1,290 @@
+//! Decoding rows into the core types; a malformed value is a decode error naming table, row and
+//! column, never a panic.
+
+use std::fmt::Display;
+use std::marker::PhantomData;
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+use oncebox_core::{DlqEvent, Error, ErrorKind, Headers, OutboxEvent, Result};
+use sqlx::types::Json;
+use sqlx::{ColumnIndex, Decode, Row, Type};
+use uuid::Uuid;
+
+use crate::error::{NoServerAnswer, database_error};
+
+/// A value as a database stores it, turned into the type the core model uses.
+///
+/// Databases with native UUID and timestamp types hand those over unchanged; databases that store
+/// them as text (SQLite) parse them here, saying what was wrong with the text.
+pub trait StoredValue<T>: Sized {
+    /// The value, or a description of why it is not a valid `T`.
+    fn into_model(self) -> std::result::Result<T, String>;
+}
+
+impl StoredValue<Uuid> for Uuid {
+    fn into_model(self) -> std::result::Result<Uuid, String> {
+        Ok(self)
+    }
+}
+
+impl StoredValue<Uuid> for String {
+    fn into_model(self) -> std::result::Result<Uuid, String> {
+        Uuid::parse_str(&self).map_err(|error| format!("'{self}' is not a UUID ({error})"))
+    }
+}
+
+impl StoredValue<DateTime<Utc>> for DateTime<Utc> {
+    fn into_model(self) -> std::result::Result<DateTime<Utc>, String> {
+        Ok(self)
+    }
+}
+
+/// Timestamps stored as RFC 3339 text.
+impl StoredValue<DateTime<Utc>> for String {
+    fn into_model(self) -> std::result::Result<DateTime<Utc>, String> {
+        DateTime::parse_from_rfc3339(&self)
+            .map(|time| time.with_timezone(&Utc))
+            .map_err(|error| format!("'{self}' is not a timestamp ({error})"))
+    }
+}
+
+/// Headers stored as a JSON column the driver decodes (PostgreSQL `jsonb`).
+impl StoredValue<Headers> for Json<Headers> {
+    fn into_model(self) -> std::result::Result<Headers, String> {
+        Ok(self.0)
+    }
+}
+
+/// Headers stored as JSON text; empty text is no headers.
+impl StoredValue<Headers> for String {
+    fn into_model(self) -> std::result::Result<Headers, String> {
+        if self.is_empty() {
+            return Ok(Headers::new());
+        }
+        serde_json::from_str(&self).map_err(|error| format!("not a JSON object of strings: {error}"))
+    }
+}
+
+/// How a dialect stores the outbox and DLQ columns whose SQL types differ between databases.
+pub trait RowFormat {
+    /// The row type of the database.
+    type Row: Row;
+    /// How `id` and `claim_token` are stored.
+    type Uuid: StoredValue<Uuid> + Display + for<'r> Decode<'r, Database<Self>> + Type<Database<Self>>;
+    /// How the timestamp columns are stored.
+    type Timestamp: StoredValue<DateTime<Utc>> + for<'r> Decode<'r, Database<Self>> + Type<Database<Self>>;
+    /// How `attempts` is stored.
+    type Attempts: Into<i64> + for<'r> Decode<'r, Database<Self>> + Type<Database<Self>>;
+    /// How `headers` is stored.
+    type Headers: StoredValue<Headers> + for<'r> Decode<'r, Database<Self>> + Type<Database<Self>>;
+}
+
+/// The database of a [`RowFormat`].
+type Database<F> = <<F as RowFormat>::Row as Row>::Database;
+
+/// The format of databases with native `uuid` and timestamp columns and an `integer` attempt
+/// count (PostgreSQL, MySQL), for rows `R` whose headers are stored as `H`.
+pub struct NativeFormat<R, H>(PhantomData<fn() -> (R, H)>);
+
+impl<R, H> RowFormat for NativeFormat<R, H>
+where
+    R: Row,
+    Uuid: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+    DateTime<Utc>: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+    i32: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+    H: StoredValue<Headers> + for<'r> Decode<'r, R::Database> + Type<R::Database>,
+{
+    type Row = R;
+    type Uuid = Uuid;
+    type Timestamp = DateTime<Utc>;
+    type Attempts = i32;
+    type Headers = H;
+}
+
+/// Reads the columns of one row of `table`, naming the row in every error.
+struct Columns<'r, R> {
+    row: &'r R,
+    table: &'r str,
+    id: String,
+}
+
+impl<'r, R> Columns<'r, R>
+where
+    R: Row,
+    for<'c> &'c str: ColumnIndex<R>,
+{
+    /// A decode error for `column` of this row.
+    fn bad(&self, column: &str, problem: impl Display) -> Error {
+        Error::new(ErrorKind::Decode, format!("{}.{column} of row {}: {problem}", self.table, self.id))
+    }
+
+    /// Reads `column` as `T`.
+    fn get<T>(&self, column: &str) -> Result<T>
+    where
+        T: Decode<'r, R::Database> + Type<R::Database>,
+    {
+        self.row.try_get::<T, _>(column).map_err(|error| self.bad(column, error))
+    }
+
+    /// Reads `column` as stored (`S`) and turns it into the model type `T`.
+    fn stored<S, T>(&self, column: &str) -> Result<T>
+    where
+        S: StoredValue<T> + Decode<'r, R::Database> + Type<R::Database>,
+    {
+        self.get::<S>(column)?.into_model().map_err(|problem| self.bad(column, problem))
+    }
+
+    /// Reads a nullable `column` as stored (`S`) and turns it into the model type `T`.
+    fn optional_stored<S, T>(&self, column: &str) -> Result<Option<T>>
+    where
+        S: StoredValue<T> + Decode<'r, R::Database> + Type<R::Database>,
+    {
+        let stored = self.get::<Option<S>>(column)?;
+        stored.map(|value| value.into_model().map_err(|problem| self.bad(column, problem))).transpose()
+    }
+
+    /// Reads a status `column` and parses it; `noun` names the kind of status in the message.
+    fn status<S: FromStr>(&self, column: &str, noun: &str) -> Result<S>
+    where
+        String: Decode<'r, R::Database> + Type<R::Database>,
+    {
+        let text: String = self.get(column)?;
+        text.parse().map_err(|_| self.bad(column, format!("unknown {noun} '{text}'")))
+    }
+
+    fn new<F: RowFormat<Row = R>>(row: &'r R, table: &'r str) -> Result<(Self, Uuid)> {
+        let stored = row
+            .try_get::<F::Uuid, _>("id")
+            .map_err(|error| database_error::<NoServerAnswer>(&format!("reading {table}.id"), error))?;
+        let columns = Self { row, table, id: stored.to_string() };
+        let id = stored.into_model().map_err(|problem| columns.bad("id", problem))?;
+        Ok((columns, id))
+    }
+
+    fn event<F: RowFormat<Row = R>>(&self, id: Uuid) -> Result<OutboxEvent>
+    where
+        String: Decode<'r, R::Database> + Type<R::Database>,
+        Option<String>: Decode<'r, R::Database> + Type<R::Database>,
+    {
+        let status = self.status("status", "status")?;
+        let attempts: i64 = self.get::<F::Attempts>("attempts")?.into();
+        let headers = self.stored::<F::Headers, _>("headers")?;
+        Ok(OutboxEvent {
+            id,
+            event_type: self.get("event_type")?,
+            payload: self.get("payload")?,
+            payload_type: self.get("payload_type")?,
+            headers,
+            partition_key: self.get("partition_key")?,
+            status,
+            attempts: u32::try_from(attempts)
+                .map_err(|_| self.bad("attempts", format!("{attempts} is out of range")))?,
+            next_retry_at: self.stored::<F::Timestamp, _>("next_retry_at")?,
+            created_at: self.stored::<F::Timestamp, _>("created_at")?,
+            updated_at: self.stored::<F::Timestamp, _>("updated_at")?,
+            processed_at: self.optional_stored::<F::Timestamp, _>("processed_at")?,
+            last_error: self.get("last_error")?,
+            claim_token: self.optional_stored::<F::Uuid, _>("claim_token")?,
+        })
+    }
+}
+
+/// Decoding outbox and DLQ rows of a [`RowFormat`] into the core types; a malformed value is a
+/// decode error naming table, row and column.
+pub trait DecodeRow: RowFormat {
+    /// Decodes an outbox row (or the outbox part of a DLQ row) read from `table`.
+    fn decode_event(row: &Self::Row, table: &str) -> Result<OutboxEvent>;
+
+    /// Decodes a DLQ row read from `table`.
+    fn decode_dlq_event(row: &Self::Row, table: &str) -> Result<DlqEvent>;
+}
+
+impl<F> DecodeRow for F
+where
+    F: RowFormat,
+    for<'c> &'c str: ColumnIndex<F::Row>,
+    String: for<'r> Decode<'r, Database<F>> + Type<Database<F>>,
+    Option<String>: for<'r> Decode<'r, Database<F>> + Type<Database<F>>,
+{
+    fn decode_event(row: &F::Row, table: &str) -> Result<OutboxEvent> {
+        let (columns, id) = Columns::new::<F>(row, table)?;
+        columns.event::<F>(id)
+    }
+
+    fn decode_dlq_event(row: &F::Row, table: &str) -> Result<DlqEvent> {
+        let (columns, id) = Columns::new::<F>(row, table)?;
+        let dlq_status = columns.status("dlq_status", "DLQ status")?;
+        Ok(DlqEvent {
+            event: columns.event::<F>(id)?,
+            dlq_status,
+            moved_at: columns.stored::<F::Timestamp, _>("moved_at")?,
+        })
+    }
+}
+
+/// Parses a status read by a count query, naming the table and column on failure.
+pub fn parse_status<S: FromStr>(text: &str, table: &str, column: &str) -> Result<S> {
+    text.parse()
+        .map_err(|_| Error::new(ErrorKind::Decode, format!("{table}.{column}: unknown status '{text}'")))
+}
+
+/// A `COUNT(*)` as `u64`; a count is never negative, so the fallback is never taken.
+pub fn count(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or_default()
+}
+
+/// The rows of a count query grouped by event type and status (`(event_type, status, rows)`), with
+/// the status parsed; `table` and `column` name where a status that does not parse was read.
+pub fn status_counts<S: FromStr>(
+    rows: Vec<(String, String, i64)>,
+    table: &str,
+    column: &str,
+) -> Result<Vec<(String, S, u64)>> {
+    rows.into_iter()
+        .map(|(event_type, status, rows)| {
+            Ok((event_type, parse_status(&status, table, column)?, count(rows)))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_timestamps_parse_as_utc() {
+        let parsed = StoredValue::<DateTime<Utc>>::into_model("2025-01-31T12:00:00.123Z".to_owned());
+        assert_eq!(parsed.map(|time| time.timestamp_millis()).ok(), Some(1_738_324_800_123));
+        let bad = StoredValue::<DateTime<Utc>>::into_model("yesterday".to_owned());
+        assert!(bad.is_err_and(|problem| problem.contains("'yesterday' is not a timestamp")));
+    }
+
+    #[test]
+    fn stored_uuid_text_must_parse() {
+        let id = Uuid::now_v7();
+        assert_eq!(StoredValue::<Uuid>::into_model(id.hyphenated().to_string()), Ok(id));
+        let bad = StoredValue::<Uuid>::into_model("order-7".to_owned());
+        assert!(bad.is_err_and(|problem| problem.contains("'order-7' is not a UUID")));
+    }
+
+    #[test]
+    fn header_text_must_be_a_json_object_of_strings() {
+        let empty = StoredValue::<Headers>::into_model(String::new());
+        assert!(empty.is_ok_and(|headers| headers.is_empty()));
+        let bad = StoredValue::<Headers>::into_model(r#"{"retries":3}"#.to_owned());
+        assert!(bad.is_err_and(|problem| problem.contains("not a JSON object of strings")));
+    }
+
+    #[test]
+    fn counts_name_the_column_of_an_unknown_status() {
+        let rows = vec![("orders".to_owned(), "LOST".to_owned(), 3)];
+        let error = status_counts::<oncebox_core::EventStatus>(rows, "outbox_events", "status");
+        assert!(
+            error.is_err_and(|error| error
+                .to_string()
+                .contains("outbox_events.status: unknown status 'LOST'"))
+        );
+        assert_eq!(count(-1), 0);
+    }
+}
