@@ -5,12 +5,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use oncebox_core::event::{DlqCounts, DlqFilter, DlqSelection};
-use oncebox_core::{DlqDao, DlqEvent, DlqStatus, Error, ErrorKind, OutboxEvent, Result};
+use oncebox_core::{DlqDao, DlqEvent, DlqStatus, Error, OutboxEvent, Result};
+use oncebox_sqlx::{DecodeRow, count, status_counts};
 use sqlx::SqlitePool;
 use uuid::Uuid;
 
 use crate::error::SqlxResultExt;
-use crate::row::{decode_dlq_event, decode_event};
+use crate::row::SqliteRowFormat;
 use crate::statements::Statements;
 use crate::time::earlier_by;
 
@@ -55,7 +56,10 @@ impl DlqDao for SqliteDlqDao {
             .fetch_all(&mut *tx)
             .await
             .context(context)?;
-        let mut moved = rows.iter().map(|row| decode_event(row, self.table())).collect::<Result<Vec<_>>>()?;
+        let mut moved = rows
+            .iter()
+            .map(|row| SqliteRowFormat::decode_event(row, self.table()))
+            .collect::<Result<Vec<_>>>()?;
         if moved.is_empty() {
             return Ok(moved);
         }
@@ -117,7 +121,7 @@ impl DlqDao for SqliteDlqDao {
             .fetch_optional(&self.pool)
             .await
             .context("reading a DLQ event")?;
-        row.map(|row| decode_dlq_event(&row, self.table())).transpose()
+        row.map(|row| SqliteRowFormat::decode_dlq_event(&row, self.table())).transpose()
     }
 
     async fn list(&self, filter: &DlqFilter, offset: u64, limit: u32) -> Result<Vec<DlqEvent>> {
@@ -132,17 +136,17 @@ impl DlqDao for SqliteDlqDao {
             .fetch_all(&self.pool)
             .await
             .context("listing DLQ events")?;
-        rows.iter().map(|row| decode_dlq_event(row, self.table())).collect()
+        rows.iter().map(|row| SqliteRowFormat::decode_dlq_event(row, self.table())).collect()
     }
 
     async fn count(&self, filter: &DlqFilter) -> Result<u64> {
-        let (count,): (i64,) = sqlx::query_as(self.statements.dlq_count.clone())
+        let (rows,): (i64,) = sqlx::query_as(self.statements.dlq_count.clone())
             .bind(filter.status.map(DlqStatus::as_str))
             .bind(filter.event_type.as_deref())
             .fetch_one(&self.pool)
             .await
             .context("counting DLQ events")?;
-        Ok(u64::try_from(count).unwrap_or_default())
+        Ok(count(rows))
     }
 
     async fn set_status(&self, selection: &DlqSelection, status: DlqStatus) -> Result<u64> {
@@ -184,18 +188,6 @@ impl DlqDao for SqliteDlqDao {
             .fetch_all(&self.pool)
             .await
             .context("counting DLQ events")?;
-        let by_type_and_status = rows
-            .into_iter()
-            .map(|(event_type, status, count)| {
-                let status = status.parse().map_err(|_| {
-                    Error::new(
-                        ErrorKind::Decode,
-                        format!("{}.dlq_status: unknown DLQ status '{status}'", self.table()),
-                    )
-                })?;
-                Ok((event_type, status, u64::try_from(count).unwrap_or_default()))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(DlqCounts { by_type_and_status })
+        Ok(DlqCounts { by_type_and_status: status_counts(rows, self.table(), "dlq_status")? })
     }
 }

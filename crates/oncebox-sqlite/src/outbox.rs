@@ -5,14 +5,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use oncebox_core::event::{OutboxCounts, last_error_text};
-use oncebox_core::{
-    ClaimedBatch, Error, ErrorKind, OutboxDao, OutboxEvent, Result, SettleReport, Settlement,
-};
+use oncebox_core::{ClaimedBatch, OutboxDao, OutboxEvent, Result, SettleReport, Settlement};
+use oncebox_sqlx::{DecodeRow, status_counts};
 use sqlx::SqlitePool;
 use uuid::Uuid;
 
 use crate::error::SqlxResultExt;
-use crate::row::decode_event;
+use crate::row::SqliteRowFormat;
 use crate::statements::Statements;
 use crate::time::{earlier_by, later_by};
 
@@ -59,8 +58,10 @@ impl OutboxDao for SqliteOutboxDao {
             .await
             .context(&context)?;
         // Decoding before the commit: a row that cannot be read is not left claimed.
-        let mut events =
-            rows.iter().map(|row| decode_event(row, self.table())).collect::<Result<Vec<_>>>()?;
+        let mut events = rows
+            .iter()
+            .map(|row| SqliteRowFormat::decode_event(row, self.table()))
+            .collect::<Result<Vec<_>>>()?;
         tx.commit().await.context(&context)?;
         // RETURNING gives no order guarantee.
         events.sort_by_key(|event| (event.next_retry_at, event.id));
@@ -144,7 +145,7 @@ impl OutboxDao for SqliteOutboxDao {
             .fetch_optional(&self.pool)
             .await
             .context("reading an outbox event")?;
-        row.map(|row| decode_event(&row, self.table())).transpose()
+        row.map(|row| SqliteRowFormat::decode_event(&row, self.table())).transpose()
     }
 
     async fn counts(&self) -> Result<OutboxCounts> {
@@ -152,18 +153,6 @@ impl OutboxDao for SqliteOutboxDao {
             .fetch_all(&self.pool)
             .await
             .context("counting outbox events")?;
-        let by_type_and_status = rows
-            .into_iter()
-            .map(|(event_type, status, count)| {
-                let status = status.parse().map_err(|_| {
-                    Error::new(
-                        ErrorKind::Decode,
-                        format!("{}.status: unknown status '{status}'", self.table()),
-                    )
-                })?;
-                Ok((event_type, status, u64::try_from(count).unwrap_or_default()))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(OutboxCounts { by_type_and_status })
+        Ok(OutboxCounts { by_type_and_status: status_counts(rows, self.table(), "status")? })
     }
 }

@@ -1,8 +1,6 @@
-//! Timestamps as stored (fixed-width UTC text) and durations as SQLite date modifiers.
+//! Durations as SQLite date modifiers, for comparisons with the stored fixed-width UTC text.
 
 use std::time::Duration;
-
-use chrono::{DateTime, Utc};
 
 /// Shifts beyond this are clamped, so a huge duration cannot push a date past year 9999 (where
 /// the fixed-width text order would break) or before year 0.
@@ -23,11 +21,6 @@ fn modifier(sign: char, duration: Duration) -> String {
     format!("{sign}{}.{:03} seconds", millis / 1_000, millis % 1_000)
 }
 
-/// Parses a stored timestamp.
-pub(crate) fn parse_timestamp(text: &str) -> Result<DateTime<Utc>, chrono::ParseError> {
-    DateTime::parse_from_rfc3339(text).map(|time| time.with_timezone(&Utc))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -37,12 +30,5 @@ mod tests {
         assert_eq!(later_by(Duration::from_millis(10_005)), "+10.005 seconds");
         assert_eq!(earlier_by(Duration::ZERO), "-0.000 seconds");
         assert_eq!(later_by(Duration::MAX), format!("+{}.000 seconds", MAX_SHIFT_MILLIS / 1_000));
-    }
-
-    #[test]
-    fn stored_timestamps_parse_as_utc() {
-        let parsed = parse_timestamp("2025-01-31T12:00:00.123Z").map(|time| time.timestamp_millis());
-        assert_eq!(parsed.ok(), Some(1_738_324_800_123));
-        assert!(parse_timestamp("yesterday").is_err());
     }
 }
