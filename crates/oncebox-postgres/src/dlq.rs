@@ -6,11 +6,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use oncebox_core::event::{DlqCounts, DlqFilter, DlqSelection};
 use oncebox_core::{DlqDao, DlqEvent, DlqStatus, Error, OutboxEvent, Result};
+use oncebox_sqlx::{DecodeRow, count, status_counts};
 use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::error::SqlxResultExt;
-use crate::row::{count, decode_dlq_event, decode_event, parse_status};
+use crate::row::PgRowFormat;
 use crate::statements::Statements;
 use crate::time::{limit, micros};
 
@@ -52,7 +53,7 @@ impl DlqDao for PgDlqDao {
             .context("moving failed events to the DLQ")?;
         let mut moved = rows
             .iter()
-            .map(|row| decode_event(row, &self.statements.tables.events))
+            .map(|row| PgRowFormat::decode_event(row, &self.statements.tables.events))
             .collect::<Result<Vec<_>>>()?;
         moved.sort_by_key(|event| (event.updated_at, event.id));
         Ok(moved)
@@ -89,7 +90,7 @@ impl DlqDao for PgDlqDao {
             .fetch_optional(&self.pool)
             .await
             .context("reading a DLQ event")?;
-        row.map(|row| decode_dlq_event(&row, self.table())).transpose()
+        row.map(|row| PgRowFormat::decode_dlq_event(&row, self.table())).transpose()
     }
 
     async fn list(&self, filter: &DlqFilter, offset: u64, max_rows: u32) -> Result<Vec<DlqEvent>> {
@@ -104,7 +105,7 @@ impl DlqDao for PgDlqDao {
             .fetch_all(&self.pool)
             .await
             .context("listing DLQ events")?;
-        rows.iter().map(|row| decode_dlq_event(row, self.table())).collect()
+        rows.iter().map(|row| PgRowFormat::decode_dlq_event(row, self.table())).collect()
     }
 
     async fn count(&self, filter: &DlqFilter) -> Result<u64> {
@@ -153,12 +154,6 @@ impl DlqDao for PgDlqDao {
             .fetch_all(&self.pool)
             .await
             .context("counting DLQ events")?;
-        let by_type_and_status = rows
-            .into_iter()
-            .map(|(event_type, status, rows)| {
-                Ok((event_type, parse_status(&status, self.table(), "dlq_status")?, count(rows)))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(DlqCounts { by_type_and_status })
+        Ok(DlqCounts { by_type_and_status: status_counts(rows, self.table(), "dlq_status")? })
     }
 }

@@ -6,11 +6,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use oncebox_core::event::{OutboxCounts, last_error_text};
 use oncebox_core::{ClaimedBatch, EventStatus, OutboxDao, OutboxEvent, Result, SettleReport, Settlement};
+use oncebox_sqlx::{DecodeRow, status_counts};
 use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::error::SqlxResultExt;
-use crate::row::{count, decode_event, parse_status};
+use crate::row::PgRowFormat;
 use crate::statements::Statements;
 use crate::time::{limit, micros};
 
@@ -92,8 +93,10 @@ impl OutboxDao for PgOutboxDao {
             .fetch_all(&self.pool)
             .await
             .context(&format!("claiming {event_type}"))?;
-        let mut events =
-            rows.iter().map(|row| decode_event(row, self.table())).collect::<Result<Vec<_>>>()?;
+        let mut events = rows
+            .iter()
+            .map(|row| PgRowFormat::decode_event(row, self.table()))
+            .collect::<Result<Vec<_>>>()?;
         // RETURNING gives no order guarantee.
         events.sort_by_key(|event| (event.next_retry_at, event.id));
         batch.events = events;
@@ -158,7 +161,7 @@ impl OutboxDao for PgOutboxDao {
             .fetch_optional(&self.pool)
             .await
             .context("reading an outbox event")?;
-        row.map(|row| decode_event(&row, self.table())).transpose()
+        row.map(|row| PgRowFormat::decode_event(&row, self.table())).transpose()
     }
 
     async fn counts(&self) -> Result<OutboxCounts> {
@@ -166,12 +169,6 @@ impl OutboxDao for PgOutboxDao {
             .fetch_all(&self.pool)
             .await
             .context("counting outbox events")?;
-        let by_type_and_status = rows
-            .into_iter()
-            .map(|(event_type, status, rows)| {
-                Ok((event_type, parse_status(&status, self.table(), "status")?, count(rows)))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(OutboxCounts { by_type_and_status })
+        Ok(OutboxCounts { by_type_and_status: status_counts(rows, self.table(), "status")? })
     }
 }
