@@ -6,12 +6,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use oncebox_core::event::{DlqCounts, DlqFilter, DlqSelection};
 use oncebox_core::{DlqDao, DlqEvent, DlqStatus, Error, OutboxEvent, Result};
+use oncebox_sqlx::{DecodeRow, count, status_counts};
 use sqlx::{MySqlPool, Row};
 use uuid::Uuid;
 
 use crate::error::{SqlxResultExt, database_error};
 use crate::ids::bind_ids;
-use crate::row::{count, decode_dlq_event, decode_event, parse_status};
+use crate::row::MySqlRowFormat;
 use crate::statements::{MAX_IDS_PER_STATEMENT, Statements, Template, id_slots};
 use crate::time::{limit, micros};
 
@@ -104,7 +105,7 @@ impl DlqDao for MySqlDlqDao {
             .context(context)?;
         let moved = rows
             .iter()
-            .map(|row| decode_event(row, &self.statements.tables.events))
+            .map(|row| MySqlRowFormat::decode_event(row, &self.statements.tables.events))
             .collect::<Result<Vec<_>>>()?;
         if moved.is_empty() {
             tx.commit().await.context(context)?;
@@ -161,7 +162,7 @@ impl DlqDao for MySqlDlqDao {
             .fetch_optional(&self.pool)
             .await
             .context("reading a DLQ event")?;
-        row.map(|row| decode_dlq_event(&row, self.table())).transpose()
+        row.map(|row| MySqlRowFormat::decode_dlq_event(&row, self.table())).transpose()
     }
 
     async fn list(&self, filter: &DlqFilter, offset: u64, max_rows: u32) -> Result<Vec<DlqEvent>> {
@@ -180,7 +181,7 @@ impl DlqDao for MySqlDlqDao {
             .fetch_all(&self.pool)
             .await
             .context("listing DLQ events")?;
-        rows.iter().map(|row| decode_dlq_event(row, self.table())).collect()
+        rows.iter().map(|row| MySqlRowFormat::decode_dlq_event(row, self.table())).collect()
     }
 
     async fn count(&self, filter: &DlqFilter) -> Result<u64> {
@@ -229,12 +230,6 @@ impl DlqDao for MySqlDlqDao {
             .fetch_all(&self.pool)
             .await
             .context("counting DLQ events")?;
-        let by_type_and_status = rows
-            .into_iter()
-            .map(|(event_type, status, rows)| {
-                Ok((event_type, parse_status(&status, self.table(), "dlq_status")?, count(rows)))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(DlqCounts { by_type_and_status })
+        Ok(DlqCounts { by_type_and_status: status_counts(rows, self.table(), "dlq_status")? })
     }
 }

@@ -1,6 +1,9 @@
 //! Turns driver errors into the oncebox error at the crate boundary, deciding which are temporary.
 
-use oncebox_core::{Error, ErrorKind};
+use oncebox_core::Error;
+use oncebox_sqlx::ServerErrors;
+pub(crate) use oncebox_sqlx::SqlxResultExt;
+use sqlx::error::DatabaseError;
 use sqlx::mysql::MySqlDatabaseError;
 
 /// Server error numbers after which trying again later may succeed.
@@ -17,17 +20,27 @@ const TEMPORARY_NUMBERS: &[u16] = &[
 /// The duplicate-key error: for the inbox and job inserts, the answer "someone was first".
 pub(crate) const DUPLICATE_KEY: u16 = 1062;
 
+/// MySQL's reading of its SQLSTATEs and error numbers, for the error mapping shared by the sqlx
+/// dialects.
+pub(crate) struct MySqlServerErrors;
+
+impl ServerErrors for MySqlServerErrors {
+    fn is_temporary(error: &(dyn DatabaseError + 'static)) -> bool {
+        let class_says_so =
+            error.code().is_some_and(|state| state.starts_with("08") || state.starts_with("40"));
+        class_says_so
+            || error
+                .try_downcast_ref::<MySqlDatabaseError>()
+                .is_some_and(|error| is_temporary_number(error.number()))
+    }
+}
+
+/// Every `.context(…)` on a sqlx result in this crate classifies with [`MySqlServerErrors`].
+impl<T> SqlxResultExt<MySqlServerErrors, T> for sqlx::Result<T> {}
+
 /// Wraps a sqlx error with `context` (what was being done), keeping it as the source.
 pub(crate) fn database_error(context: &str, error: sqlx::Error) -> Error {
-    match &error {
-        sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) | sqlx::Error::ColumnNotFound(_) => {
-            Error::new(ErrorKind::Decode, format!("{context}: a row could not be decoded")).with_source(error)
-        }
-        _ => {
-            let temporary = is_temporary(&error);
-            Error::database(context.to_owned(), temporary, error)
-        }
-    }
+    oncebox_sqlx::database_error::<MySqlServerErrors>(context, error)
 }
 
 /// The server's error number, when `error` is a server error.
@@ -37,19 +50,6 @@ pub(crate) fn error_number(error: &sqlx::Error) -> Option<u16> {
             database.try_downcast_ref::<MySqlDatabaseError>().map(MySqlDatabaseError::number)
         }
         _ => None,
-    }
-}
-
-/// Whether a later attempt may not meet the same failure.
-fn is_temporary(error: &sqlx::Error) -> bool {
-    match error {
-        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::WorkerCrashed => true,
-        sqlx::Error::Database(database) => {
-            let class_says_so =
-                database.code().is_some_and(|state| state.starts_with("08") || state.starts_with("40"));
-            class_says_so || error_number(error).is_some_and(is_temporary_number)
-        }
-        _ => false,
     }
 }
 
@@ -74,31 +74,13 @@ pub(crate) fn mysql_async_error(context: &str, error: mysql_async::Error) -> Err
     Error::database(context.to_owned(), temporary, error)
 }
 
-/// Adapts `Result<T, sqlx::Error>` to the oncebox result with context.
-pub(crate) trait SqlxResultExt<T> {
-    /// Converts the error, naming what was being done.
-    fn context(self, context: &str) -> oncebox_core::Result<T>;
-}
-
-impl<T> SqlxResultExt<T> for Result<T, sqlx::Error> {
-    fn context(self, context: &str) -> oncebox_core::Result<T> {
-        self.map_err(|error| database_error(context, error))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn pool_timeouts_io_failures_and_lock_errors_are_temporary() {
+    fn pool_timeouts_and_lock_errors_are_temporary() {
         assert!(database_error("claiming", sqlx::Error::PoolTimedOut).is_temporary());
-        let io = sqlx::Error::Io(std::io::Error::other("connection reset"));
-        assert!(database_error("claiming", io).is_temporary());
-        let closed = database_error("claiming", sqlx::Error::PoolClosed);
-        assert!(!closed.is_temporary());
-        assert_eq!(closed.kind(), ErrorKind::Database);
-        assert!(closed.to_string().contains("claiming"), "{closed}");
         assert!(is_temporary_number(1213) && is_temporary_number(1205));
         assert!(!is_temporary_number(DUPLICATE_KEY));
     }

@@ -7,12 +7,13 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use oncebox_core::event::{OutboxCounts, last_error_text};
 use oncebox_core::{ClaimedBatch, EventStatus, OutboxDao, OutboxEvent, Result, SettleReport, Settlement};
+use oncebox_sqlx::{DecodeRow, status_counts};
 use sqlx::{MySqlPool, Row};
 use uuid::Uuid;
 
 use crate::error::{SqlxResultExt, database_error};
 use crate::ids::bind_ids;
-use crate::row::{count, decode_event, parse_status};
+use crate::row::MySqlRowFormat;
 use crate::statements::{MAX_IDS_PER_STATEMENT, Statements, id_slots};
 use crate::time::{limit, micros};
 
@@ -101,8 +102,10 @@ impl OutboxDao for MySqlOutboxDao {
         let claimed_at: DateTime<Utc> =
             first.try_get("claimed_at").map_err(|error| database_error(&context, error))?;
         // Decoding before the update: a row that cannot be read is not left claimed.
-        let mut events =
-            rows.iter().map(|row| decode_event(row, self.table())).collect::<Result<Vec<_>>>()?;
+        let mut events = rows
+            .iter()
+            .map(|row| MySqlRowFormat::decode_event(row, self.table()))
+            .collect::<Result<Vec<_>>>()?;
         let ids: Vec<Uuid> = events.iter().map(|event| event.id).collect();
         for chunk in ids.chunks(MAX_IDS_PER_STATEMENT) {
             let statement = self.statements.claim_update.with_ids(id_slots(chunk.len()));
@@ -174,7 +177,7 @@ impl OutboxDao for MySqlOutboxDao {
             .fetch_optional(&self.pool)
             .await
             .context("reading an outbox event")?;
-        row.map(|row| decode_event(&row, self.table())).transpose()
+        row.map(|row| MySqlRowFormat::decode_event(&row, self.table())).transpose()
     }
 
     async fn counts(&self) -> Result<OutboxCounts> {
@@ -182,12 +185,6 @@ impl OutboxDao for MySqlOutboxDao {
             .fetch_all(&self.pool)
             .await
             .context("counting outbox events")?;
-        let by_type_and_status = rows
-            .into_iter()
-            .map(|(event_type, status, rows)| {
-                Ok((event_type, parse_status(&status, self.table(), "status")?, count(rows)))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(OutboxCounts { by_type_and_status })
+        Ok(OutboxCounts { by_type_and_status: status_counts(rows, self.table(), "status")? })
     }
 }
