@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use oncebox_core::{Error, ErrorKind, OutboundMessage, SendError, Sender};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use uuid::Uuid;
 
 #[derive(Default)]
@@ -25,6 +25,8 @@ struct BrokerState {
 #[derive(Clone, Default)]
 pub struct MemoryBroker {
     state: Arc<Mutex<BrokerState>>,
+    /// While true, sends wait before they acknowledge anything; see [`MemoryBroker::hold`].
+    held: Arc<watch::Sender<bool>>,
 }
 
 /// Messages published to one topic after [`MemoryBroker::subscribe`].
@@ -106,6 +108,17 @@ impl MemoryBroker {
     pub fn set_send_delay(&self, delay: Duration) {
         self.state().send_delay = delay;
     }
+
+    /// Sends from now on wait, after their delay, until [`release`](MemoryBroker::release): a
+    /// case decides when a slow broker answers instead of guessing how long the rest takes.
+    pub fn hold(&self) {
+        self.held.send_replace(true);
+    }
+
+    /// Lets held and future sends go on.
+    pub fn release(&self) {
+        self.held.send_replace(false);
+    }
 }
 
 #[async_trait]
@@ -119,6 +132,8 @@ impl Sender for MemoryBroker {
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
+        // The sender half lives as long as `self`, so waiting cannot fail.
+        let _ = self.held.subscribe().wait_for(|held| !held).await;
         let mut state = self.state();
         let mut results = Vec::with_capacity(batch.len());
         for message in batch {
@@ -183,5 +198,19 @@ mod tests {
         let results = broker.send(&batch[..1]).await;
         assert!(results[0].as_ref().is_err_and(|e| e.is_temporary()));
         assert_eq!(broker.delivery_counts().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_held_send_acknowledges_only_after_release() {
+        let broker = MemoryBroker::new();
+        broker.hold();
+        let batch = vec![message("orders")];
+        let mut send = Box::pin(broker.send(&batch));
+        assert!(futures::poll!(&mut send).is_pending());
+        assert_eq!(broker.batches(), 1, "the send has started");
+        assert!(broker.delivered().is_empty(), "nothing is acknowledged while held");
+        broker.release();
+        assert!(send.await[0].is_ok());
+        assert_eq!(broker.delivery_counts().get(&batch[0].id), Some(&1));
     }
 }
