@@ -12,7 +12,7 @@ use oncebox_core::{
 };
 use oncebox_mysql::{MySqlDialect, connect_options, pool_options};
 use oncebox_testkit::runner::{Suite, server_missing};
-use oncebox_testkit::{AgedTable, DaoHarness, dao_suite, engine_suite};
+use oncebox_testkit::{AgedTable, DaoHarness, dao_suite, engine_suite, random_prefix};
 use sqlx::AssertSqlSafe;
 use uuid::Uuid;
 
@@ -23,6 +23,10 @@ mod mysql_cases;
 /// time stay far below the server's limit (151 by default).
 const POOL_SIZE: u32 = 8;
 
+/// Connections of each further instance over a test's tables: the cases run up to four instances
+/// beside the test's own pool.
+const INSTANCE_POOL_SIZE: u32 = 4;
+
 /// Fresh table prefixes in one MySQL/MariaDB database.
 pub struct MySqlHarness {
     url: String,
@@ -30,11 +34,6 @@ pub struct MySqlHarness {
 
 fn sql_error(context: &str) -> impl FnOnce(sqlx::Error) -> Error + '_ {
     move |error| Error::database(context.to_owned(), false, error)
-}
-
-/// A random prefix for one test.
-pub fn random_prefix() -> String {
-    format!("t_{}_", &Uuid::new_v4().simple().to_string()[..10])
 }
 
 impl MySqlHarness {
@@ -110,30 +109,23 @@ impl DaoHarness for MySqlHarness {
         ids: &[Uuid],
         by: Duration,
     ) -> Result<()> {
-        let tables = dialect.tables();
-        let (name, columns) = match table {
-            AgedTable::Events => {
-                (&tables.events, &["created_at", "updated_at", "processed_at", "next_retry_at"][..])
-            }
-            AgedTable::Dlq => (&tables.dlq, &["updated_at", "moved_at"][..]),
-            AgedTable::Consumed => (&tables.consumed, &["consumed_at"][..]),
-            AgedTable::Jobs => (&tables.jobs, &["locked_until", "locked_at"][..]),
-        };
         // NULL stays NULL: NULL minus an interval is NULL.
-        let assignments: Vec<String> =
-            columns.iter().map(|column| format!("{column} = {column} - INTERVAL ? MICROSECOND")).collect();
-        let filter = if table == AgedTable::Jobs || ids.is_empty() {
-            "TRUE".to_owned()
-        } else {
+        let filter = if table.keyed_by_id() && !ids.is_empty() {
             format!("id IN ({})", vec!["?"; ids.len()].join(", "))
+        } else {
+            "TRUE".to_owned()
         };
-        let sql = format!("UPDATE {name} SET {} WHERE {filter}", assignments.join(", "));
+        let sql = table.backdate_statement(
+            dialect.tables(),
+            |column| format!("{column} = {column} - INTERVAL ? MICROSECOND"),
+            &filter,
+        );
         let micros = i64::try_from(by.as_micros()).map_err(|_| Error::invalid_input("backdate too far"))?;
         let mut query = sqlx::query(AssertSqlSafe(sql));
-        for _ in columns {
+        for _ in table.timestamps() {
             query = query.bind(micros);
         }
-        if table != AgedTable::Jobs {
+        if table.keyed_by_id() {
             for id in ids {
                 query = query.bind(*id);
             }
@@ -146,6 +138,15 @@ impl DaoHarness for MySqlHarness {
         let dropped = self.drop_tables(&dialect).await;
         dialect.pool().close().await;
         dropped
+    }
+
+    async fn another_instance(&self, dialect: &MySqlDialect) -> Result<Option<MySqlDialect>> {
+        Ok(Some(self.dialect(dialect.tables().prefix(), INSTANCE_POOL_SIZE).await?))
+    }
+
+    async fn close_instance(&self, instance: MySqlDialect) -> Result<()> {
+        instance.pool().close().await;
+        Ok(())
     }
 }
 

@@ -12,7 +12,7 @@ use oncebox_core::{
 };
 use oncebox_postgres::{PgDialect, connect_options};
 use oncebox_testkit::runner::{Suite, server_missing};
-use oncebox_testkit::{AgedTable, DaoHarness, dao_suite, engine_suite};
+use oncebox_testkit::{AgedTable, DaoHarness, dao_suite, engine_suite, random_prefix};
 use sqlx::AssertSqlSafe;
 use sqlx::postgres::PgPoolOptions;
 use uuid::Uuid;
@@ -24,6 +24,10 @@ mod pg_cases;
 /// time stay far below the server's limit.
 const POOL_SIZE: u32 = 8;
 
+/// Connections of each further instance over a test's tables: the cases run up to four instances
+/// beside the test's own pool.
+const INSTANCE_POOL_SIZE: u32 = 4;
+
 /// Fresh table prefixes in one PostgreSQL database.
 pub struct PgHarness {
     url: String,
@@ -31,11 +35,6 @@ pub struct PgHarness {
 
 fn sql_error(context: &str) -> impl FnOnce(sqlx::Error) -> Error + '_ {
     move |error| Error::database(context.to_owned(), false, error)
-}
-
-/// A random prefix for one test.
-pub fn random_prefix() -> String {
-    format!("t_{}_", &Uuid::new_v4().simple().to_string()[..10])
 }
 
 impl PgHarness {
@@ -110,25 +109,16 @@ impl DaoHarness for PgHarness {
         ids: &[Uuid],
         by: Duration,
     ) -> Result<()> {
-        let tables = dialect.tables();
-        let (name, columns) = match table {
-            AgedTable::Events => {
-                (&tables.events, &["created_at", "updated_at", "processed_at", "next_retry_at"][..])
-            }
-            AgedTable::Dlq => (&tables.dlq, &["updated_at", "moved_at"][..]),
-            AgedTable::Consumed => (&tables.consumed, &["consumed_at"][..]),
-            AgedTable::Jobs => (&tables.jobs, &["locked_until", "locked_at"][..]),
-        };
         // NULL stays NULL: NULL minus an interval is NULL.
-        let assignments: Vec<String> = columns
-            .iter()
-            .map(|column| format!("{column} = {column} - $1 * INTERVAL '1 microsecond'"))
-            .collect();
-        let filter = if table == AgedTable::Jobs { "TRUE" } else { "cardinality($2) = 0 OR id = ANY($2)" };
-        let sql = format!("UPDATE {name} SET {} WHERE {filter}", assignments.join(", "));
+        let filter = if table.keyed_by_id() { "cardinality($2) = 0 OR id = ANY($2)" } else { "TRUE" };
+        let sql = table.backdate_statement(
+            dialect.tables(),
+            |column| format!("{column} = {column} - $1 * INTERVAL '1 microsecond'"),
+            filter,
+        );
         let micros = i64::try_from(by.as_micros()).map_err(|_| Error::invalid_input("backdate too far"))?;
         let query = sqlx::query(AssertSqlSafe(sql)).bind(micros);
-        let query = if table == AgedTable::Jobs { query } else { query.bind(ids) };
+        let query = if table.keyed_by_id() { query.bind(ids) } else { query };
         query.execute(dialect.pool()).await.map_err(sql_error("backdating"))?;
         Ok(())
     }
@@ -137,6 +127,15 @@ impl DaoHarness for PgHarness {
         let dropped = self.drop_tables(&dialect).await;
         dialect.pool().close().await;
         dropped
+    }
+
+    async fn another_instance(&self, dialect: &PgDialect) -> Result<Option<PgDialect>> {
+        Ok(Some(self.dialect(dialect.tables().prefix(), INSTANCE_POOL_SIZE).await?))
+    }
+
+    async fn close_instance(&self, instance: PgDialect) -> Result<()> {
+        instance.pool().close().await;
+        Ok(())
     }
 }
 

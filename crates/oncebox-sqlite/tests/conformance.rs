@@ -95,25 +95,15 @@ impl DaoHarness for SqliteHarness {
         ids: &[Uuid],
         by: Duration,
     ) -> Result<()> {
-        let tables = dialect.tables();
-        let (name, columns, key) = match table {
-            AgedTable::Events => {
-                (&tables.events, &["created_at", "updated_at", "processed_at", "next_retry_at"][..], "id")
-            }
-            AgedTable::Dlq => (&tables.dlq, &["updated_at", "moved_at"][..], "id"),
-            AgedTable::Consumed => (&tables.consumed, &["consumed_at"][..], "id"),
-            AgedTable::Jobs => (&tables.jobs, &["locked_until", "locked_at"][..], "name"),
-        };
+        // Job locks have no id column; they are always backdated whole, with an empty id list.
+        let key = if table.keyed_by_id() { "id" } else { "name" };
         // NULL stays NULL: strftime of NULL is NULL.
-        let assignments: Vec<String> = columns
-            .iter()
-            .map(|column| format!("{column} = strftime('%Y-%m-%dT%H:%M:%fZ', {column}, ?1)"))
-            .collect();
-        let sql = format!(
-            "UPDATE {name} SET {} WHERE ?2 = '[]' OR {key} IN (SELECT value FROM json_each(?2))",
-            assignments.join(", ")
+        let sql = table.backdate_statement(
+            dialect.tables(),
+            |column| format!("{column} = strftime('%Y-%m-%dT%H:%M:%fZ', {column}, ?1)"),
+            &format!("?2 = '[]' OR {key} IN (SELECT value FROM json_each(?2))"),
         );
-        let ids = if table == AgedTable::Jobs { "[]".to_owned() } else { serde_json::to_string(ids)? };
+        let ids = if !table.keyed_by_id() { "[]".to_owned() } else { serde_json::to_string(ids)? };
         sqlx::query(AssertSqlSafe(sql))
             .bind(format!("-{}.{:03} seconds", by.as_secs(), by.subsec_millis()))
             .bind(ids)

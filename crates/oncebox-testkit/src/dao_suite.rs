@@ -124,6 +124,7 @@ macro_rules! dao_test {
         }
     )*};
 }
+pub(crate) use dao_test;
 
 dao_test! {
     publish_is_visible_after_commit => publish_is_visible_after_commit_body;

@@ -3,10 +3,12 @@
 
 use std::collections::HashSet;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use futures::FutureExt;
 use oncebox_core::config::{Config, EventSettings, Polling};
 use oncebox_core::dao::Dialect;
 use oncebox_core::engine::{Engine, EngineHandle, EngineParts};
@@ -15,9 +17,10 @@ use oncebox_core::{DlqHandler, DlqStatus, NewOutboxEvent, Sender};
 use uuid::Uuid;
 
 use crate::case;
+use crate::dao_suite::{dao_test, ids_of, new_events};
 use crate::harness::{AgedTable, DaoHarness};
 use crate::memory::MemoryBroker;
-use crate::runner::{Case, TestResult, fail};
+use crate::runner::{Case, Failed, TestResult, fail};
 
 /// Every engine case.
 pub fn cases<H: DaoHarness>() -> Vec<Case<H>> {
@@ -31,6 +34,8 @@ pub fn cases<H: DaoHarness>() -> Vec<Case<H>> {
         case!("a_crash_mid_batch_loses_nothing", crash_mid_batch_loses_nothing),
         case!("failed_events_go_to_the_dlq_and_come_back", dlq_round_trip),
         case!("clean_up_jobs_delete_only_old_rows", clean_up_jobs),
+        case!("four_engines_drain_50000_events_each_once_without_errors", four_engines_drain_one_table),
+        case!("a_stalled_engine_is_fenced_by_a_second_engine", stalled_engine_fenced_by_another),
     ]
 }
 
@@ -150,6 +155,20 @@ async fn committed_delivered_rolled_back_never<H: DaoHarness>(harness: Arc<H>) -
     assert!(sample.processed_at.is_some());
     assert_eq!(engine.stats().delivered, expected as u64);
     harness.dispose(dialect).await.map_err(fail)
+}
+
+/// Waits until `broker` has acknowledged `count` distinct events and `count` rows are PROCESSED:
+/// a broker acknowledges before the engine settles, so a check of the rows must wait for both.
+async fn delivered_and_settled<D: Dialect>(broker: &MemoryBroker, dialect: &D, count: usize) -> TestResult {
+    eventually(&format!("{count} events are delivered"), Duration::from_secs(20), || {
+        let broker = broker.clone();
+        async move { Ok(broker.delivery_counts().len() == count) }
+    })
+    .await?;
+    eventually(&format!("{count} rows are settled as PROCESSED"), Duration::from_secs(20), || async {
+        Ok(dialect.outbox_dao().counts().await?.status_total(EventStatus::Processed) == count as u64)
+    })
+    .await
 }
 
 async fn wait_for_attempts<D: Dialect>(
@@ -373,15 +392,7 @@ async fn clean_up_jobs<H: DaoHarness>(harness: Arc<H>) -> TestResult {
         .build()
         .map_err(fail)?;
     let engine = start(&dialect, config, Arc::new(broker.clone()))?;
-    eventually("all events are delivered", Duration::from_secs(20), || {
-        let broker = broker.clone();
-        async move { Ok(broker.delivery_counts().len() == 5) }
-    })
-    .await?;
-    eventually("all rows are settled", Duration::from_secs(20), || async {
-        Ok(dialect.outbox_dao().counts().await?.status_total(EventStatus::Processed) == 5)
-    })
-    .await?;
+    delivered_and_settled(&broker, &dialect, 5).await?;
     harness.backdate(&dialect, AgedTable::Events, &ids[..3], 2 * hour).await.map_err(fail)?;
     harness.backdate(&dialect, AgedTable::Consumed, &consumed[..2], 2 * hour).await.map_err(fail)?;
     eventually("old processed rows are cleaned up", Duration::from_secs(20), || async {
@@ -397,4 +408,151 @@ async fn clean_up_jobs<H: DaoHarness>(harness: Arc<H>) -> TestResult {
         assert!(dialect.outbox_dao().get(*id).await.map_err(fail)?.is_some(), "recent rows stay");
     }
     harness.dispose(dialect).await.map_err(fail)
+}
+
+// ---- several instances ------------------------------------------------------------------------
+
+dao_test! {
+    four_engines_drain_one_table => four_engines_drain;
+    stalled_engine_fenced_by_another => stalled_engine_fenced;
+}
+
+/// The backend cannot run a second instance: said on stderr, so a run that left the case out
+/// shows it.
+fn skipped(case: &str, dialect: &impl Dialect) -> TestResult {
+    eprintln!("SKIPPED: {case}: the {} harness gives no second instance", dialect.name());
+    Ok(())
+}
+
+async fn four_engines_drain<H: DaoHarness>(harness: &H, dialect: &H::Dialect) -> TestResult {
+    const TYPES: [&str; 3] = ["order-created", "payment-received", "order-shipped"];
+    let mut instances = Vec::new();
+    for _ in 0..4 {
+        match harness.another_instance(dialect).await.map_err(fail)? {
+            Some(instance) => instances.push(instance),
+            None => return skipped("four_engines_drain_50000_events_each_once_without_errors", dialect),
+        }
+    }
+    let mut published = HashSet::new();
+    for round in 0..50 {
+        let events = new_events(TYPES[round % 3], 1000);
+        published.extend(ids_of(&events));
+        harness.publish(dialect, &events, true).await.map_err(fail)?;
+    }
+    let broker = MemoryBroker::new();
+    let mut builder = Config::builder();
+    for event_type in TYPES {
+        builder = builder.event(event_type, EventSettings::new(TOPIC).batch_size(250).polling(fast()));
+    }
+    let config = builder.build().map_err(fail)?;
+    let mut engines = Vec::new();
+    for instance in &instances {
+        engines.push(start(instance, config.clone(), Arc::new(broker.clone()))?);
+    }
+    let drained = eventually("50,000 events are delivered", Duration::from_secs(300), || {
+        let broker = broker.clone();
+        async move { Ok(broker.delivery_counts().len() >= 50_000) }
+    })
+    .await;
+    let mut stats = Vec::new();
+    for engine in engines {
+        engine.shutdown(Duration::from_secs(30)).await.map_err(fail)?;
+        stats.push(engine.stats());
+    }
+    for instance in instances {
+        harness.close_instance(instance).await.map_err(fail)?;
+    }
+    drained?;
+    let counts = broker.delivery_counts();
+    assert_eq!(counts.len(), 50_000);
+    assert!(published.iter().all(|id| counts.contains_key(id)), "every published id is delivered");
+    let twice = counts.values().filter(|n| **n > 1).count();
+    assert_eq!(twice, 0, "no crash, so no id is sent twice");
+    assert_eq!(stats.iter().map(|s| s.claimed).sum::<u64>(), 50_000, "claims never overlap: {stats:?}");
+    assert_eq!(stats.iter().map(|s| s.task_errors).sum::<u64>(), 0, "no deadlock or lock wait: {stats:?}");
+    assert!(stats.iter().filter(|s| s.claimed > 0).count() >= 2, "the work was shared: {stats:?}");
+    let totals = dialect.outbox_dao().counts().await.map_err(fail)?;
+    assert_eq!(totals.status_total(EventStatus::Processed), 50_000);
+    Ok(())
+}
+
+/// A polling schedule that never runs within a case.
+fn never() -> Polling {
+    Polling::Fixed { initial_delay: Duration::from_secs(3600), delay: Duration::from_secs(3600) }
+}
+
+/// After a short or failed poll the next one is 10 s away.
+fn slow() -> Polling {
+    Polling::Fixed { initial_delay: Duration::ZERO, delay: Duration::from_secs(10) }
+}
+
+async fn stalled_engine_fenced<H: DaoHarness>(harness: &H, dialect: &H::Dialect) -> TestResult {
+    let Some(stalled_instance) = harness.another_instance(dialect).await.map_err(fail)? else {
+        return skipped("a_stalled_engine_is_fenced_by_a_second_engine", dialect);
+    };
+    let published = events(10);
+    let ids = ids_of(&published);
+    harness.publish(dialect, &published, true).await.map_err(fail)?;
+    // The first engine's broker answers only when released, after the second engine has taken
+    // the batch over. Its own stuck recovery never runs: on MySQL that job's UPDATE can lock rows
+    // it scans, which a claim running at the same moment skips (SKIP LOCKED) or deadlocks on, so
+    // the first claim could come back short, empty or failed. After a short poll the poller
+    // sleeps 10 s, so it cannot claim the batch back in this case.
+    let stalling = MemoryBroker::new();
+    stalling.hold();
+    let stalled_config = Config::builder()
+        .event(EVENT, EventSettings::new(TOPIC).polling(slow()))
+        .emergency_timeout(Duration::from_secs(30))
+        .stuck_recovery(Duration::from_secs(3600), never())
+        .build()
+        .map_err(fail)?;
+    let stalled = start(&stalled_instance, stalled_config, Arc::new(stalling.clone()))?;
+    let rescuer = std::sync::OnceLock::new();
+    let outcome = async {
+        eventually(
+            "the first engine has claimed all 10 events and is sending them",
+            Duration::from_secs(30),
+            || {
+                let (stalled, stalling) = (stalled.clone(), stalling.clone());
+                async move {
+                    let claimed = stalled.stats().claimed;
+                    if claimed == 0 {
+                        // A claim that failed or found nothing would put the next poll 10 s away.
+                        stalled.wake(EVENT);
+                    }
+                    Ok(claimed == 10 && stalling.batches() >= 1)
+                }
+            },
+        )
+        .await?;
+
+        // The second engine considers a batch stuck after 2 s.
+        let healthy = MemoryBroker::new();
+        let _ = rescuer.set(start(dialect, recovering_config()?, Arc::new(healthy.clone()))?);
+        delivered_and_settled(&healthy, dialect, 10).await?;
+        // Only now does the stalled engine's send return, so its settle comes after the second
+        // engine's outcome and must not overwrite it.
+        stalling.release();
+        eventually("the stalled engine's late settle is refused", Duration::from_secs(20), || {
+            let stalled = stalled.clone();
+            async move { Ok(stalled.stats().refused_settles >= 10) }
+        })
+        .await?;
+        for id in &ids {
+            let row = row(dialect, *id).await?;
+            assert_eq!(row.status, EventStatus::Processed, "the second engine's outcome stands");
+            assert_eq!(row.attempts, 1, "recovery and the refused settle count no attempt");
+        }
+        let stats = stalled.stats();
+        assert_eq!((stats.claimed, stats.refused_settles), (10, 10), "one claim, refused whole: {stats:?}");
+        Ok::<_, Failed>(())
+    }
+    .await;
+    stalling.release();
+    stalled.shutdown(Duration::from_secs(10)).await.map_err(fail)?;
+    if let Some(rescuer) = rescuer.get() {
+        rescuer.shutdown(Duration::from_secs(10)).await.map_err(fail)?;
+    }
+    harness.close_instance(stalled_instance).await.map_err(fail)?;
+    outcome
 }

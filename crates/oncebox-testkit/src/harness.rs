@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use oncebox_core::{Dialect, NewOutboxEvent, Result};
+use oncebox_core::{Dialect, NewOutboxEvent, Result, TableNames};
 use uuid::Uuid;
 
 /// A table whose timestamps a test can move into the past.
@@ -17,6 +17,52 @@ pub enum AgedTable {
     Consumed,
     /// `outbox_jobs`: `locked_until` and `locked_at`.
     Jobs,
+}
+
+impl AgedTable {
+    /// The table's name in `tables`.
+    pub fn name(self, tables: &TableNames) -> &str {
+        match self {
+            AgedTable::Events => &tables.events,
+            AgedTable::Dlq => &tables.dlq,
+            AgedTable::Consumed => &tables.consumed,
+            AgedTable::Jobs => &tables.jobs,
+        }
+    }
+
+    /// The timestamp columns [`DaoHarness::backdate`] moves.
+    pub fn timestamps(self) -> &'static [&'static str] {
+        match self {
+            AgedTable::Events => &["created_at", "updated_at", "processed_at", "next_retry_at"],
+            AgedTable::Dlq => &["updated_at", "moved_at"],
+            AgedTable::Consumed => &["consumed_at"],
+            AgedTable::Jobs => &["locked_until", "locked_at"],
+        }
+    }
+
+    /// Whether rows are picked by event id; job locks are keyed by name, so they are always
+    /// backdated as a whole.
+    pub fn keyed_by_id(self) -> bool {
+        self != AgedTable::Jobs
+    }
+
+    /// `UPDATE <table> SET <assignment of each timestamp> WHERE <filter>`: the statement every
+    /// dialect's [`DaoHarness::backdate`] runs, in which only the interval arithmetic and the id
+    /// filter differ between databases.
+    pub fn backdate_statement(
+        self,
+        tables: &TableNames,
+        assignment: impl Fn(&str) -> String,
+        filter: &str,
+    ) -> String {
+        let assignments: Vec<String> = self.timestamps().iter().map(|column| assignment(column)).collect();
+        format!("UPDATE {} SET {} WHERE {filter}", self.name(tables), assignments.join(", "))
+    }
+}
+
+/// A random table prefix for one test, so tests sharing a database never see each other's rows.
+pub fn random_prefix() -> String {
+    format!("t_{}_", &Uuid::new_v4().simple().to_string()[..10])
 }
 
 /// A database backend under test. Each call to [`fresh`](DaoHarness::fresh) returns a dialect
@@ -56,6 +102,21 @@ pub trait DaoHarness: Send + Sync + 'static {
 
     /// Releases what `fresh` created (drops tables, deletes files). Called at the end of each test.
     async fn dispose(&self, dialect: Self::Dialect) -> Result<()>;
+
+    /// Another dialect over the tables of `dialect`, on a connection pool of its own, as a second
+    /// process sharing the database would have. `None` (the default) when the backend cannot give
+    /// one; the cases with several engine instances then report that they were skipped.
+    async fn another_instance(&self, dialect: &Self::Dialect) -> Result<Option<Self::Dialect>> {
+        let _ = dialect;
+        Ok(None)
+    }
+
+    /// Closes an instance made by [`another_instance`](DaoHarness::another_instance), leaving the
+    /// tables to [`dispose`](DaoHarness::dispose). The default drops it.
+    async fn close_instance(&self, instance: Self::Dialect) -> Result<()> {
+        drop(instance);
+        Ok(())
+    }
 }
 
 /// Runs `body` on a fresh dialect of `harness` and disposes of the dialect afterwards, also when

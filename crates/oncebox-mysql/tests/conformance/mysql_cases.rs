@@ -1,8 +1,7 @@
 //! Cases only MySQL/MariaDB have: the isolation level of the library's sessions and what it
-//! prevents, the claim index, chunked batch inserts, the mysql_async writer, several engines
-//! draining one table and fencing between them.
+//! prevents, the claim index, chunked batch inserts and the mysql_async writer. Several engines
+//! over one table are in the generic engine suite.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,8 +32,6 @@ pub fn cases() -> Vec<Case<MySqlHarness>> {
         case!("mysql_async_commit_delivers_and_rollback_never", mysql_async_commit_and_rollback),
         case!("mysql_async_and_sqlx_writers_write_identical_rows", writers_write_identical_rows),
         case!("mysql_async_inbox_records_follow_the_transaction", mysql_async_inbox_follows_tx),
-        case!("four_engines_drain_50000_events_each_once_without_errors", four_engines_drain_one_table),
-        case!("a_stalled_engine_is_fenced_by_a_second_engine", stalled_engine_fenced_by_another),
     ]
 }
 
@@ -46,15 +43,6 @@ fn fast() -> Polling {
         initial_delay: Duration::ZERO,
         min_delay: Duration::from_millis(10),
         max_delay: Duration::from_millis(100),
-        multiplier: 2.0,
-    }
-}
-
-fn slow() -> Polling {
-    Polling::Adaptive {
-        initial_delay: Duration::ZERO,
-        min_delay: Duration::from_secs(5),
-        max_delay: Duration::from_secs(60),
         multiplier: 2.0,
     }
 }
@@ -347,120 +335,6 @@ async fn mysql_async_inbox_follows_tx(harness: Arc<MySqlHarness>) -> TestResult 
         let recorded = dialect.inbox_dao().consumed("shipping", &ids).await.map_err(fail)?;
         assert_eq!(recorded, vec![ids[0], ids[1]]);
         Ok(())
-    })
-    .await
-}
-
-// ---- several instances ------------------------------------------------------------------------
-
-async fn four_engines_drain_one_table(harness: Arc<MySqlHarness>) -> TestResult {
-    with_fresh(harness, |harness, dialect| async move {
-        const TYPES: [&str; 3] = ["order-created", "payment-received", "order-shipped"];
-        let mut published = HashSet::new();
-        for round in 0..50 {
-            let events = new_events(TYPES[round % 3], 1000);
-            published.extend(ids_of(&events));
-            harness.publish(&dialect, &events, true).await.map_err(fail)?;
-        }
-        let broker = MemoryBroker::new();
-        let mut builder = Config::builder();
-        for event_type in TYPES {
-            builder = builder.event(event_type, EventSettings::new(TOPIC).batch_size(250).polling(fast()));
-        }
-        let config = builder.build().map_err(fail)?;
-        let mut instances = Vec::new();
-        for _ in 0..4 {
-            // Each instance has its own pool, as separate processes would.
-            let instance = harness.dialect(dialect.tables().prefix(), 4).await.map_err(fail)?;
-            let engine = start(&instance, config.clone(), Arc::new(broker.clone())).await?;
-            instances.push((instance, engine));
-        }
-        let drained = eventually("50,000 events are delivered", Duration::from_secs(300), || {
-            let broker = broker.clone();
-            async move { Ok(broker.delivery_counts().len() >= 50_000) }
-        })
-        .await;
-        let mut stats = Vec::new();
-        for (instance, engine) in instances {
-            engine.shutdown(Duration::from_secs(30)).await.map_err(fail)?;
-            stats.push(engine.stats());
-            instance.pool().close().await;
-        }
-        drained?;
-        let counts = broker.delivery_counts();
-        assert_eq!(counts.len(), 50_000);
-        assert!(published.iter().all(|id| counts.contains_key(id)), "every published id is delivered");
-        let twice = counts.values().filter(|n| **n > 1).count();
-        assert_eq!(twice, 0, "no crash, so no id is sent twice");
-        assert_eq!(stats.iter().map(|s| s.claimed).sum::<u64>(), 50_000, "claims never overlap: {stats:?}");
-        assert_eq!(
-            stats.iter().map(|s| s.task_errors).sum::<u64>(),
-            0,
-            "no deadlock or lock wait: {stats:?}"
-        );
-        assert!(stats.iter().filter(|s| s.claimed > 0).count() >= 2, "the work was shared: {stats:?}");
-        let totals = dialect.outbox_dao().counts().await.map_err(fail)?;
-        assert_eq!(totals.status_total(EventStatus::Processed), 50_000);
-        Ok(())
-    })
-    .await
-}
-
-async fn stalled_engine_fenced_by_another(harness: Arc<MySqlHarness>) -> TestResult {
-    with_fresh(harness, |harness, dialect| async move {
-        let events = new_events(ORDERS, 10);
-        harness.publish(&dialect, &events, true).await.map_err(fail)?;
-        // The first engine's broker takes 4 s per batch, and it would recover stuck rows only
-        // after an hour; its poller, once short, sleeps 10 s.
-        let stalling = MemoryBroker::new();
-        stalling.set_send_delay(Duration::from_secs(4));
-        let stalled_config = Config::builder()
-            .event(ORDERS, EventSettings::new(TOPIC).polling(slow()))
-            .emergency_timeout(Duration::from_secs(30))
-            .stuck_recovery(Duration::from_secs(3600), fast())
-            .build()
-            .map_err(fail)?;
-        let stalled_instance = harness.dialect(dialect.tables().prefix(), 4).await.map_err(fail)?;
-        let stalled = start(&stalled_instance, stalled_config, Arc::new(stalling.clone())).await?;
-        eventually("the first engine is sending its batch", Duration::from_secs(30), || {
-            let stalling = stalling.clone();
-            async move { Ok(stalling.batches() >= 1) }
-        })
-        .await?;
-
-        // The second engine considers a batch stuck after 1 s.
-        let healthy = MemoryBroker::new();
-        let healthy_config = Config::builder()
-            .event(ORDERS, EventSettings::new(TOPIC).polling(fast()))
-            .emergency_timeout(Duration::from_millis(500))
-            .stuck_recovery(Duration::from_secs(1), fast())
-            .build()
-            .map_err(fail)?;
-        let rescuer = start(&dialect, healthy_config, Arc::new(healthy.clone())).await?;
-        let outcome = async {
-            eventually("the second engine delivers the recovered batch", Duration::from_secs(20), || {
-                let healthy = healthy.clone();
-                async move { Ok(healthy.delivery_counts().len() == 10) }
-            })
-            .await?;
-            eventually("the stalled engine's late settle is refused", Duration::from_secs(20), || {
-                let stalled = stalled.clone();
-                async move { Ok(stalled.stats().refused_settles >= 10) }
-            })
-            .await?;
-            let outbox = dialect.outbox_dao();
-            for id in ids_of(&events) {
-                let row = outbox.get(id).await.map_err(fail)?.ok_or_else(|| fail("row gone"))?;
-                assert_eq!(row.status, EventStatus::Processed, "the second engine's outcome stands");
-                assert_eq!(row.attempts, 1, "recovery and the refused settle count no attempt");
-            }
-            Ok::<_, Failed>(())
-        }
-        .await;
-        stalled.shutdown(Duration::from_secs(10)).await.map_err(fail)?;
-        rescuer.shutdown(Duration::from_secs(10)).await.map_err(fail)?;
-        stalled_instance.pool().close().await;
-        outcome
     })
     .await
 }

@@ -1,8 +1,7 @@
 //! Cases only PostgreSQL has: one-statement batches, NOTIFY wake-ups and listener reconnects, the
-//! partial indexes the relay's queries use, concurrent schema creation, native column types, and
-//! several engines draining one table.
+//! partial indexes the relay's queries use, concurrent schema creation, native column types and the
+//! tokio-postgres writer. Several engines over one table are in the generic engine suite.
 
-use std::collections::HashSet;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,14 +14,15 @@ use oncebox_core::{
 };
 use oncebox_postgres::PgDialect;
 use oncebox_postgres::connect_options;
-use oncebox_testkit::dao_suite::{ids_of, new_events};
+use oncebox_testkit::dao_suite::new_events;
 use oncebox_testkit::runner::{Case, Failed, TestResult, fail};
 use oncebox_testkit::{DaoHarness, MemoryBroker, case, eventually, with_fresh};
 use sqlx::AssertSqlSafe;
 use sqlx::postgres::{PgListener, PgPoolOptions};
 use uuid::Uuid;
 
-use super::{PgHarness, random_prefix};
+use super::PgHarness;
+use oncebox_testkit::random_prefix;
 
 /// Every PostgreSQL-only case.
 pub fn cases() -> Vec<Case<PgHarness>> {
@@ -38,8 +38,6 @@ pub fn cases() -> Vec<Case<PgHarness>> {
         case!("a_wake_up_delivers_long_before_the_next_poll", wake_up_delivers_before_the_poll),
         case!("without_wake_ups_an_event_waits_for_the_poll", without_wake_ups_event_waits_for_poll),
         case!("a_listener_reconnect_wakes_every_poller", listener_reconnect_wakes_everyone),
-        case!("four_engines_drain_50000_events_each_once", four_engines_drain_one_table),
-        case!("a_stalled_engine_is_fenced_by_a_second_engine", stalled_engine_fenced_by_another),
         case!("tokio_postgres_commit_delivers_and_rollback_never", tokio_postgres_commit_and_rollback),
         case!("tokio_postgres_and_sqlx_writers_write_identical_rows", writers_write_identical_rows),
         case!("tokio_postgres_batch_of_1000_is_one_statement", tokio_postgres_batch_is_one_statement),
@@ -486,114 +484,6 @@ async fn next_hint(source: &mut oncebox_postgres::PgWakeSource) -> Result<Option
     tokio::time::timeout(Duration::from_secs(15), oncebox_core::WakeSource::next(source))
         .await
         .map_err(|_| fail("no wake-up within 15 s"))
-}
-
-// ---- several instances ------------------------------------------------------------------------
-
-async fn four_engines_drain_one_table(harness: Arc<PgHarness>) -> TestResult {
-    with_fresh(harness, |harness, dialect| async move {
-        const TYPES: [&str; 3] = ["order-created", "payment-received", "order-shipped"];
-        let mut published = HashSet::new();
-        for round in 0..50 {
-            let events = new_events(TYPES[round % 3], 1000);
-            published.extend(ids_of(&events));
-            harness.publish(&dialect, &events, true).await.map_err(fail)?;
-        }
-        let broker = MemoryBroker::new();
-        let mut builder = Config::builder();
-        for event_type in TYPES {
-            builder = builder.event(event_type, EventSettings::new(TOPIC).batch_size(250).polling(fast()));
-        }
-        let config = builder.build().map_err(fail)?;
-        let mut instances = Vec::new();
-        for _ in 0..4 {
-            // Each instance has its own pool, as separate processes would.
-            let instance = harness.dialect(dialect.tables().prefix(), 4).await.map_err(fail)?;
-            let engine = start(&instance, config.clone(), Arc::new(broker.clone()), false).await?;
-            instances.push((instance, engine));
-        }
-        let drained = eventually("50,000 events are delivered", Duration::from_secs(300), || {
-            let broker = broker.clone();
-            async move { Ok(broker.delivery_counts().len() >= 50_000) }
-        })
-        .await;
-        let mut claimed_by_each = Vec::new();
-        for (instance, engine) in instances {
-            engine.shutdown(Duration::from_secs(30)).await.map_err(fail)?;
-            claimed_by_each.push(engine.stats().claimed);
-            instance.pool().close().await;
-        }
-        drained?;
-        let counts = broker.delivery_counts();
-        assert_eq!(counts.len(), 50_000);
-        assert!(published.iter().all(|id| counts.contains_key(id)), "every published id is delivered");
-        let twice: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).collect();
-        assert!(twice.is_empty(), "no crash, so no id is sent twice: {} were", twice.len());
-        assert_eq!(claimed_by_each.iter().sum::<u64>(), 50_000, "claims never overlap: {claimed_by_each:?}");
-        let totals = dialect.outbox_dao().counts().await.map_err(fail)?;
-        assert_eq!(totals.status_total(EventStatus::Processed), 50_000);
-        Ok(())
-    })
-    .await
-}
-
-async fn stalled_engine_fenced_by_another(harness: Arc<PgHarness>) -> TestResult {
-    with_fresh(harness, |harness, dialect| async move {
-        let events = new_events(ORDERS, 10);
-        harness.publish(&dialect, &events, true).await.map_err(fail)?;
-        // The first engine's broker takes 4 s per batch, and it would recover stuck rows only
-        // after an hour; its poller, once short, sleeps 10 s.
-        let stalling = MemoryBroker::new();
-        stalling.set_send_delay(Duration::from_secs(4));
-        let stalled_config = Config::builder()
-            .event(ORDERS, EventSettings::new(TOPIC).polling(slow()))
-            .emergency_timeout(Duration::from_secs(30))
-            .stuck_recovery(Duration::from_secs(3600), fast())
-            .build()
-            .map_err(fail)?;
-        let stalled_instance = harness.dialect(dialect.tables().prefix(), 4).await.map_err(fail)?;
-        let stalled = start(&stalled_instance, stalled_config, Arc::new(stalling.clone()), false).await?;
-        eventually("the first engine is sending its batch", Duration::from_secs(10), || {
-            let stalling = stalling.clone();
-            async move { Ok(stalling.batches() >= 1) }
-        })
-        .await?;
-
-        // The second engine considers a batch stuck after 1 s.
-        let healthy = MemoryBroker::new();
-        let healthy_config = Config::builder()
-            .event(ORDERS, EventSettings::new(TOPIC).polling(fast()))
-            .emergency_timeout(Duration::from_millis(500))
-            .stuck_recovery(Duration::from_secs(1), fast())
-            .build()
-            .map_err(fail)?;
-        let rescuer = start(&dialect, healthy_config, Arc::new(healthy.clone()), false).await?;
-        let outcome = async {
-            eventually("the second engine delivers the recovered batch", Duration::from_secs(20), || {
-                let healthy = healthy.clone();
-                async move { Ok(healthy.delivery_counts().len() == 10) }
-            })
-            .await?;
-            eventually("the stalled engine's late settle is refused", Duration::from_secs(20), || {
-                let stalled = stalled.clone();
-                async move { Ok(stalled.stats().refused_settles >= 10) }
-            })
-            .await?;
-            let outbox = dialect.outbox_dao();
-            for id in ids_of(&events) {
-                let row = outbox.get(id).await.map_err(fail)?.ok_or_else(|| fail("row gone"))?;
-                assert_eq!(row.status, EventStatus::Processed, "the second engine's outcome stands");
-                assert_eq!(row.attempts, 1, "recovery and the refused settle count no attempt");
-            }
-            Ok::<_, Failed>(())
-        }
-        .await;
-        stalled.shutdown(Duration::from_secs(10)).await.map_err(fail)?;
-        rescuer.shutdown(Duration::from_secs(10)).await.map_err(fail)?;
-        stalled_instance.pool().close().await;
-        outcome
-    })
-    .await
 }
 
 // ---- the tokio-postgres writer ----------------------------------------------------------------
