@@ -113,6 +113,17 @@ impl DaoHarness for SqliteHarness {
         Ok(())
     }
 
+    /// A second pool on the same file and tables: what a second process on one host would open.
+    async fn another_instance(&self, dialect: &SqliteDialect) -> Result<Option<SqliteDialect>> {
+        let other = SqliteDialect::connect(&database_file(dialect).to_string_lossy()).await?;
+        Ok(Some(other.with_tables(dialect.tables())))
+    }
+
+    async fn close_instance(&self, instance: SqliteDialect) -> Result<()> {
+        instance.pool().close().await;
+        Ok(())
+    }
+
     async fn dispose(&self, dialect: SqliteDialect) -> Result<()> {
         let file = database_file(&dialect);
         dialect.pool().close().await;
