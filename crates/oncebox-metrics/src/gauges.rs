@@ -48,6 +48,19 @@ fn label(status: &str) -> &'static str {
     }
 }
 
+/// One gauge value: metric name, event type, status label, rows.
+type Series = (&'static str, String, &'static str, u64);
+
+fn series<S>(
+    name: &'static str,
+    counts: Vec<(String, S, u64)>,
+    status_text: impl Fn(S) -> &'static str,
+) -> impl Iterator<Item = Series> {
+    counts
+        .into_iter()
+        .map(move |(event_type, status, rows)| (name, event_type, label(status_text(status)), rows))
+}
+
 impl RowCountGauges {
     /// Gauges refreshed every `every`; attach the tables with [`with_outbox`](Self::with_outbox)
     /// and [`with_dlq`](Self::with_dlq).
@@ -83,24 +96,14 @@ impl RowCountGauges {
     /// Counts once and sets every gauge. A failed count leaves that table's gauges at their last
     /// value and is returned.
     pub async fn refresh(&self) -> Result<()> {
-        let mut current: Vec<(&'static str, String, &'static str, u64)> = Vec::new();
+        let mut current: Vec<Series> = Vec::new();
         if let Some(outbox) = &self.outbox {
-            let counts = outbox.counts().await?;
-            current.extend(
-                counts
-                    .by_type_and_status
-                    .into_iter()
-                    .map(|(t, s, n)| (names::OUTBOX_ROWS, t, label(s.as_str()), n)),
-            );
+            let counts = outbox.counts().await?.by_type_and_status;
+            current.extend(series(names::OUTBOX_ROWS, counts, |status| status.as_str()));
         }
         if let Some(dlq) = &self.dlq {
-            let counts = dlq.counts().await?;
-            current.extend(
-                counts
-                    .by_type_and_status
-                    .into_iter()
-                    .map(|(t, s, n)| (names::DLQ_ROWS, t, label(s.as_str()), n)),
-            );
+            let counts = dlq.counts().await?.by_type_and_status;
+            current.extend(series(names::DLQ_ROWS, counts, |status| status.as_str()));
         }
         let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
         let now: HashSet<(&'static str, String, &'static str)> =
