@@ -476,6 +476,10 @@ async fn a_stale_claim_token_cannot_settle_body<H: DaoHarness>(
     assert_eq!(new_batch.len(), 3);
     assert_ne!(new_batch.claim_token, old_batch.claim_token);
 
+    // Both settle shapes are fenced: a dialect may settle an all-delivered batch with a statement
+    // of its own.
+    let report = outbox.settle(&old_batch, &processed_all(&old_batch)).await.map_err(fail)?;
+    assert_eq!((report.settled, report.refused), (0, 3), "a stale all-delivered batch must be refused");
     let failures: Vec<Settlement> = events
         .iter()
         .map(|event| Settlement::Failed { id: event.id, error: "late failure".into() })
