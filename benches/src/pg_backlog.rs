@@ -4,7 +4,6 @@
 
 use std::time::{Duration, Instant};
 
-use oncebox_core::config::Polling;
 use oncebox_core::{Dialect, NewOutboxEvent, OutboxWriter, SchemaPlan, TableNames};
 use oncebox_postgres::{DEFAULT_MAX_CONNECTIONS, PgDialect, connect_options};
 use sqlx::postgres::PgPoolOptions;
@@ -271,12 +270,4 @@ impl RawWorker {
     }
 }
 
-/// Fast adaptive polling: drains at once after a full batch, re-polls within 10–100 ms otherwise.
-pub fn fast_polling() -> Polling {
-    Polling::Adaptive {
-        initial_delay: Duration::ZERO,
-        min_delay: Duration::from_millis(10),
-        max_delay: Duration::from_millis(100),
-        multiplier: 2.0,
-    }
-}
+pub use oncebox_testkit::engine_suite::fast_polling;

@@ -19,7 +19,7 @@ use clap::Parser;
 use oncebox_benches::{
     BenchPayload, BenchResult, EVENT_TYPE, Summary, fresh_name, millis, per_second, server_url,
 };
-use oncebox_core::config::{Config, EventSettings, Polling};
+use oncebox_core::config::{Config, EventSettings};
 use oncebox_core::engine::{Engine, EngineParts};
 use oncebox_core::{Dialect, NewOutboxEvent, OutboxWriter, Publisher, SchemaPlan, TableNames};
 use oncebox_mysql::{MySqlDialect, connect_options, pool_options};
@@ -218,12 +218,7 @@ async fn raw_drain(bench: &Bench, workers: usize, batch_size: u32, events: u64) 
 
 async fn engine_drain(bench: &Bench, args: &Args) -> BenchResult<Duration> {
     let broker = MemoryBroker::new();
-    let polling = Polling::Adaptive {
-        initial_delay: Duration::ZERO,
-        min_delay: Duration::from_millis(10),
-        max_delay: Duration::from_millis(100),
-        multiplier: 2.0,
-    };
+    let polling = oncebox_testkit::engine_suite::fast_polling();
     let config = Config::builder()
         .event(EVENT_TYPE, EventSettings::new(TOPIC).batch_size(args.batch_size).polling(polling))
         .build()?;

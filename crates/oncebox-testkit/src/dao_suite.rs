@@ -92,6 +92,44 @@ pub fn new_events(event_type: &str, count: usize) -> Vec<NewOutboxEvent> {
     (0..count).map(|index| new_event(event_type, index)).collect()
 }
 
+/// Gives `event` the content writers get wrong most easily: quotes and non-ASCII in a header, a
+/// trace header, a partition key, emoji and SQL in the payload.
+pub fn make_awkward(event: &mut NewOutboxEvent) {
+    event
+        .headers
+        .insert("traceparent".into(), "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into());
+    event.headers.insert("note".into(), "quotes \" and ünïcödé ✓".into());
+    event.partition_key = Some("customer-7".into());
+    event.payload = "{\"emoji\":\"🚀\",\"text\":\"'); DROP TABLE x; --\"}".into();
+}
+
+/// Checks that two writers stored `first[i]` and `second[i]` as the same row: what was written
+/// (payload, headers) read back unchanged, and every column but the id and the write time equal.
+pub async fn assert_written_alike(
+    outbox: &dyn OutboxDao,
+    first: &[NewOutboxEvent],
+    second: &[NewOutboxEvent],
+) -> TestResult {
+    assert_eq!(first.len(), second.len());
+    let comparable = |mut row: OutboxEvent| {
+        assert_eq!(row.created_at, row.updated_at, "a new row's updated_at is its created_at");
+        assert_eq!(row.created_at, row.next_retry_at, "a new row is due at once");
+        row.id = Uuid::nil();
+        row.created_at = DateTime::UNIX_EPOCH;
+        row.updated_at = row.created_at;
+        row.next_retry_at = row.created_at;
+        row
+    };
+    for (one, other) in first.iter().zip(second) {
+        let by_first = stored(outbox, one.id).await?;
+        let by_second = stored(outbox, other.id).await?;
+        assert_eq!(by_first.headers, one.headers);
+        assert_eq!(by_first.payload, one.payload);
+        assert_eq!(comparable(by_first), comparable(by_second));
+    }
+    Ok(())
+}
+
 /// The ids of `events`, in order.
 pub fn ids_of(events: &[NewOutboxEvent]) -> Vec<Uuid> {
     events.iter().map(|event| event.id).collect()

@@ -42,7 +42,9 @@ pub fn cases<H: DaoHarness>() -> Vec<Case<H>> {
 const EVENT: &str = "order-created";
 const TOPIC: &str = "orders";
 
-fn fast() -> Polling {
+/// Polling for tests and benchmarks that drain: no initial delay, 10 ms after a full batch, at
+/// most 100 ms idle.
+pub fn fast_polling() -> Polling {
     Polling::Adaptive {
         initial_delay: Duration::ZERO,
         min_delay: Duration::from_millis(10),
@@ -127,7 +129,7 @@ async fn committed_delivered_rolled_back_never<H: DaoHarness>(harness: Arc<H>) -
     }
     let broker = MemoryBroker::new();
     let config = Config::builder()
-        .event(EVENT, EventSettings::new(TOPIC).batch_size(100).polling(fast()))
+        .event(EVENT, EventSettings::new(TOPIC).batch_size(100).polling(fast_polling()))
         .build()
         .map_err(fail)?;
     let engine = start(&dialect, config, Arc::new(broker.clone()))?;
@@ -194,8 +196,10 @@ async fn backoff_then_failed<H: DaoHarness>(harness: Arc<H>) -> TestResult {
     harness.publish(&dialect, &published, true).await.map_err(fail)?;
     let broker = MemoryBroker::new();
     broker.set_down(true);
-    let config =
-        Config::builder().event(EVENT, EventSettings::new(TOPIC).polling(fast())).build().map_err(fail)?;
+    let config = Config::builder()
+        .event(EVENT, EventSettings::new(TOPIC).polling(fast_polling()))
+        .build()
+        .map_err(fail)?;
     let engine = start(&dialect, config, Arc::new(broker.clone()))?;
     for (attempts, expected_delay) in [(1u32, 10i64), (2, 30), (3, 90)] {
         let retried = wait_for_attempts(&dialect, id, attempts).await?;
@@ -228,9 +232,9 @@ async fn backoff_then_failed<H: DaoHarness>(harness: Arc<H>) -> TestResult {
 
 fn recovering_config() -> Result<Config, libtest_mimic::Failed> {
     Config::builder()
-        .event(EVENT, EventSettings::new(TOPIC).polling(fast()))
+        .event(EVENT, EventSettings::new(TOPIC).polling(fast_polling()))
         .emergency_timeout(Duration::from_secs(1))
-        .stuck_recovery(Duration::from_secs(2), fast())
+        .stuck_recovery(Duration::from_secs(2), fast_polling())
         .build()
         .map_err(fail)
 }
@@ -278,7 +282,7 @@ async fn crash_mid_batch_loses_nothing<H: DaoHarness>(harness: Arc<H>) -> TestRe
     let hanging = MemoryBroker::new();
     hanging.set_send_delay(Duration::from_secs(3600));
     let config = Config::builder()
-        .event(EVENT, EventSettings::new(TOPIC).batch_size(20).polling(fast()))
+        .event(EVENT, EventSettings::new(TOPIC).batch_size(20).polling(fast_polling()))
         .build()
         .map_err(fail)?;
     let first = start(&dialect, config, Arc::new(hanging.clone()))?;
@@ -332,10 +336,10 @@ async fn dlq_round_trip<H: DaoHarness>(harness: Arc<H>) -> TestResult {
     let broker = MemoryBroker::new();
     broker.reject(poison);
     let config = Config::builder()
-        .event(EVENT, EventSettings::new(TOPIC).max_retries(1).polling(fast()))
+        .event(EVENT, EventSettings::new(TOPIC).max_retries(1).polling(fast_polling()))
         .default_backoff(oncebox_core::config::Backoff { enabled: false, ..Default::default() })
         .dlq_enabled(true)
-        .dlq_polling(fast())
+        .dlq_polling(fast_polling())
         .build()
         .map_err(fail)?;
     let handler = Arc::new(RecordingHandler::default());
@@ -385,10 +389,10 @@ async fn clean_up_jobs<H: DaoHarness>(harness: Arc<H>) -> TestResult {
     let broker = MemoryBroker::new();
     let hour = Duration::from_secs(3600);
     let config = Config::builder()
-        .event(EVENT, EventSettings::new(TOPIC).polling(fast()))
-        .processed_clean_up(Some((hour, fast())))
+        .event(EVENT, EventSettings::new(TOPIC).polling(fast_polling()))
+        .processed_clean_up(Some((hour, fast_polling())))
         .inbox_enabled(true)
-        .inbox_clean_up(Some((hour, fast())))
+        .inbox_clean_up(Some((hour, fast_polling())))
         .build()
         .map_err(fail)?;
     let engine = start(&dialect, config, Arc::new(broker.clone()))?;
@@ -442,7 +446,8 @@ async fn four_engines_drain<H: DaoHarness>(harness: &H, dialect: &H::Dialect) ->
     let broker = MemoryBroker::new();
     let mut builder = Config::builder();
     for event_type in TYPES {
-        builder = builder.event(event_type, EventSettings::new(TOPIC).batch_size(250).polling(fast()));
+        builder =
+            builder.event(event_type, EventSettings::new(TOPIC).batch_size(250).polling(fast_polling()));
     }
     let config = builder.build().map_err(fail)?;
     let mut engines = Vec::new();

@@ -5,11 +5,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use oncebox_core::config::{Config, EventSettings, Polling};
+use oncebox_core::config::{Config, EventSettings};
 use oncebox_core::engine::{Engine, EngineHandle, EngineParts};
 use oncebox_core::{Dialect, EventStatus, InboxWriter, NewOutboxEvent, OutboxWriter, Sender};
 use oncebox_mysql::{MySqlDialect, connect_options};
-use oncebox_testkit::dao_suite::{ids_of, new_events};
+use oncebox_testkit::dao_suite::{assert_written_alike, ids_of, make_awkward, new_events};
+use oncebox_testkit::engine_suite::fast_polling;
 use oncebox_testkit::runner::{Case, Failed, TestResult, fail};
 use oncebox_testkit::{DaoHarness, MemoryBroker, case, eventually, with_fresh};
 use sqlx::mysql::MySqlPoolOptions;
@@ -37,15 +38,6 @@ pub fn cases() -> Vec<Case<MySqlHarness>> {
 
 const ORDERS: &str = "order-created";
 const TOPIC: &str = "orders";
-
-fn fast() -> Polling {
-    Polling::Adaptive {
-        initial_delay: Duration::ZERO,
-        min_delay: Duration::from_millis(10),
-        max_delay: Duration::from_millis(100),
-        multiplier: 2.0,
-    }
-}
 
 async fn start(
     dialect: &MySqlDialect,
@@ -248,7 +240,7 @@ async fn mysql_async_commit_and_rollback(harness: Arc<MySqlHarness>) -> TestResu
 
         let broker = MemoryBroker::new();
         let config = Config::builder()
-            .event(ORDERS, EventSettings::new(TOPIC).polling(fast()))
+            .event(ORDERS, EventSettings::new(TOPIC).polling(fast_polling()))
             .build()
             .map_err(fail)?;
         let engine = start(&dialect, config, Arc::new(broker.clone())).await?;
@@ -271,42 +263,15 @@ async fn mysql_async_commit_and_rollback(harness: Arc<MySqlHarness>) -> TestResu
 async fn writers_write_identical_rows(harness: Arc<MySqlHarness>) -> TestResult {
     with_fresh(harness, |harness, dialect| async move {
         let pool = mysql_async_pool(&harness).await?;
-        let shaped = |event: &mut NewOutboxEvent| {
-            event.headers.insert(
-                "traceparent".into(),
-                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into(),
-            );
-            event.headers.insert("note".into(), "quotes \" and ünïcödé ✓".into());
-            event.partition_key = Some("customer-7".into());
-            event.payload = "{\"emoji\":\"🚀\",\"text\":\"'); DROP TABLE x; --\"}".into();
-        };
         let mut by_sqlx = new_events(ORDERS, 2);
         let mut by_mysql_async = new_events(ORDERS, 2);
-        shaped(&mut by_sqlx[0]);
-        shaped(&mut by_mysql_async[0]);
+        make_awkward(&mut by_sqlx[0]);
+        make_awkward(&mut by_mysql_async[0]);
         harness.publish(&dialect, &by_sqlx, true).await.map_err(fail)?;
         publish_mysql_async(&pool, &dialect, &by_mysql_async, true).await?;
         pool.disconnect().await.map_err(fail)?;
 
-        let outbox = dialect.outbox_dao();
-        for (sqlx_event, async_event) in by_sqlx.iter().zip(&by_mysql_async) {
-            let comparable = |mut row: oncebox_core::OutboxEvent| {
-                assert_eq!(row.created_at, row.updated_at);
-                assert_eq!(row.created_at, row.next_retry_at);
-                row.id = Uuid::nil();
-                row.created_at = chrono::DateTime::UNIX_EPOCH;
-                row.updated_at = chrono::DateTime::UNIX_EPOCH;
-                row.next_retry_at = chrono::DateTime::UNIX_EPOCH;
-                row
-            };
-            let written_by_sqlx =
-                outbox.get(sqlx_event.id).await.map_err(fail)?.ok_or_else(|| fail("missing"))?;
-            let written_by_async =
-                outbox.get(async_event.id).await.map_err(fail)?.ok_or_else(|| fail("missing"))?;
-            assert_eq!(written_by_sqlx.headers, sqlx_event.headers);
-            assert_eq!(written_by_sqlx.payload, sqlx_event.payload);
-            assert_eq!(comparable(written_by_sqlx), comparable(written_by_async));
-        }
+        assert_written_alike(&*dialect.outbox_dao(), &by_sqlx, &by_mysql_async).await?;
         Ok(())
     })
     .await

@@ -14,7 +14,8 @@ use oncebox_core::{
 };
 use oncebox_postgres::PgDialect;
 use oncebox_postgres::connect_options;
-use oncebox_testkit::dao_suite::new_events;
+use oncebox_testkit::dao_suite::{assert_written_alike, make_awkward, new_events};
+use oncebox_testkit::engine_suite::fast_polling;
 use oncebox_testkit::runner::{Case, Failed, TestResult, fail};
 use oncebox_testkit::{DaoHarness, MemoryBroker, case, eventually, with_fresh};
 use sqlx::AssertSqlSafe;
@@ -51,15 +52,6 @@ const TOPIC: &str = "orders";
 async fn execute(dialect: &PgDialect, sql: String) -> TestResult {
     sqlx::raw_sql(AssertSqlSafe(sql)).execute(dialect.pool()).await.map_err(fail)?;
     Ok(())
-}
-
-fn fast() -> Polling {
-    Polling::Adaptive {
-        initial_delay: Duration::ZERO,
-        min_delay: Duration::from_millis(10),
-        max_delay: Duration::from_millis(100),
-        multiplier: 2.0,
-    }
 }
 
 /// `min-fixed-delay` 5 s, `max-fixed-delay` 1 m: after an empty or short poll the next one is 10 s
@@ -540,7 +532,7 @@ async fn tokio_postgres_commit_and_rollback(harness: Arc<PgHarness>) -> TestResu
         // The whole relay delivers what tokio-postgres published.
         let broker = MemoryBroker::new();
         let config = Config::builder()
-            .event(ORDERS, EventSettings::new(TOPIC).polling(fast()))
+            .event(ORDERS, EventSettings::new(TOPIC).polling(fast_polling()))
             .build()
             .map_err(fail)?;
         let engine = start(&dialect, config, Arc::new(broker.clone()), true).await?;
@@ -561,40 +553,14 @@ async fn tokio_postgres_commit_and_rollback(harness: Arc<PgHarness>) -> TestResu
 async fn writers_write_identical_rows(harness: Arc<PgHarness>) -> TestResult {
     with_fresh(harness, |harness, dialect| async move {
         let mut client = tokio_postgres_client(&harness).await?;
-        let shaped = |event: &mut NewOutboxEvent| {
-            event.headers.insert(
-                "traceparent".into(),
-                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into(),
-            );
-            event.headers.insert("note".into(), "quotes \" and ünïcödé ✓".into());
-            event.partition_key = Some("customer-7".into());
-            event.payload = "{\"emoji\":\"🚀\",\"text\":\"'); DROP TABLE x; --\"}".into();
-        };
         let mut by_sqlx = new_events(ORDERS, 2);
         let mut by_tokio_postgres = new_events(ORDERS, 2);
-        shaped(&mut by_sqlx[0]);
-        shaped(&mut by_tokio_postgres[0]);
+        make_awkward(&mut by_sqlx[0]);
+        make_awkward(&mut by_tokio_postgres[0]);
         harness.publish(&dialect, &by_sqlx, true).await.map_err(fail)?;
         publish_tokio_postgres(&mut client, &dialect, &by_tokio_postgres, true).await?;
 
-        let outbox = dialect.outbox_dao();
-        for (sqlx_event, tokio_event) in by_sqlx.iter().zip(&by_tokio_postgres) {
-            let written_by_sqlx =
-                outbox.get(sqlx_event.id).await.map_err(fail)?.ok_or_else(|| fail("missing"))?;
-            let written_by_tokio =
-                outbox.get(tokio_event.id).await.map_err(fail)?.ok_or_else(|| fail("missing"))?;
-            // Everything but the id and the write time is the same.
-            let comparable = |mut row: oncebox_core::OutboxEvent| {
-                assert_eq!(row.created_at, row.updated_at);
-                assert_eq!(row.created_at, row.next_retry_at);
-                row.id = Uuid::nil();
-                row.created_at = chrono::DateTime::UNIX_EPOCH;
-                row.updated_at = row.created_at;
-                row.next_retry_at = row.created_at;
-                row
-            };
-            assert_eq!(comparable(written_by_sqlx), comparable(written_by_tokio));
-        }
+        assert_written_alike(&*dialect.outbox_dao(), &by_sqlx, &by_tokio_postgres).await?;
         // The stored text of every column matches too (JSONB normalizes both the same way).
         let table = &dialect.tables().events;
         let sql = format!(
