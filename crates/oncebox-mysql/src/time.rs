@@ -1,30 +1,9 @@
 //! Durations and limits as bound parameters.
 
-use std::time::Duration;
-
-/// Shifts beyond this are clamped: `DATETIME` ends in year 9999, and a thousand years is far past
-/// any sensible setting.
-const MAX_SHIFT_MICROS: u128 = 1_000 * 365 * 24 * 3_600 * 1_000_000;
-
-/// `duration` in whole microseconds (the resolution of `DATETIME(6)`), for
-/// `INTERVAL ? MICROSECOND`.
-pub(crate) fn micros(duration: Duration) -> i64 {
-    i64::try_from(duration.as_micros().min(MAX_SHIFT_MICROS)).unwrap_or(i64::MAX)
-}
+/// `duration` in whole microseconds, for `INTERVAL ? MICROSECOND`.
+pub(crate) use oncebox_sqlx::micros;
 
 /// A row count limit for `LIMIT ?`.
 pub(crate) fn limit(limit: u32) -> u64 {
     u64::from(limit)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_become_clamped_microseconds() {
-        assert_eq!(micros(Duration::from_millis(10_005)), 10_005_000);
-        assert_eq!(micros(Duration::ZERO), 0);
-        assert_eq!(micros(Duration::MAX) as u128, MAX_SHIFT_MICROS);
-    }
 }

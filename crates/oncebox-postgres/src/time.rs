@@ -1,29 +1,9 @@
-//! Durations as bound parameters: whole microseconds, PostgreSQL's timestamp resolution.
-
-use std::time::Duration;
-
-/// Shifts beyond this are clamped, so a huge duration cannot overflow a timestamp (PostgreSQL's
-/// range ends in year 294276; a thousand years is far past any sensible setting).
-const MAX_SHIFT_MICROS: u128 = 1_000 * 365 * 24 * 3_600 * 1_000_000;
+//! Durations and limits as bound parameters.
 
 /// `duration` in microseconds, for `$n * INTERVAL '1 microsecond'`.
-pub(crate) fn micros(duration: Duration) -> i64 {
-    i64::try_from(duration.as_micros().min(MAX_SHIFT_MICROS)).unwrap_or(i64::MAX)
-}
+pub(crate) use oncebox_sqlx::micros;
 
 /// A row count limit as PostgreSQL's `bigint`.
 pub(crate) fn limit(limit: u32) -> i64 {
     i64::from(limit)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_become_clamped_microseconds() {
-        assert_eq!(micros(Duration::from_millis(10_005)), 10_005_000);
-        assert_eq!(micros(Duration::ZERO), 0);
-        assert_eq!(micros(Duration::MAX) as u128, MAX_SHIFT_MICROS);
-    }
 }
