@@ -23,3 +23,10 @@ pub(crate) fn bind_ids<'q>(mut query: MySqlQuery<'q>, ids: &[Uuid]) -> MySqlQuer
     }
     query
 }
+
+/// The ids of `ids` without repeats, in first-seen order: a batch that names an id twice records it
+/// once.
+pub(crate) fn distinct(ids: &[Uuid]) -> Vec<Uuid> {
+    let mut seen = std::collections::HashSet::with_capacity(ids.len());
+    ids.iter().copied().filter(|id| seen.insert(*id)).collect()
+}

@@ -10,7 +10,7 @@ use sqlx::{MySqlConnection, MySqlPool, Row};
 use uuid::Uuid;
 
 use crate::error::{DUPLICATE_KEY, SqlxResultExt, database_error, error_number};
-use crate::ids::bind_ids;
+use crate::ids::{bind_ids, distinct};
 use crate::statements::{MAX_IDS_PER_STATEMENT, Statements, id_slots};
 use crate::time::{limit, micros};
 
@@ -60,11 +60,10 @@ pub(crate) async fn record_many(
     consumer: &str,
     ids: &[Uuid],
 ) -> Result<Vec<Uuid>> {
-    let mut seen = HashSet::with_capacity(ids.len());
     let mut new = Vec::new();
-    for id in ids {
-        if seen.insert(*id) && record(statements, connection, consumer, *id).await? {
-            new.push(*id);
+    for id in distinct(ids) {
+        if record(statements, connection, consumer, id).await? {
+            new.push(id);
         }
     }
     Ok(new)

@@ -101,7 +101,6 @@ impl<'c> InboxWriter<Transaction<'c, MySql>> for MySqlWriter {
 /// identical rows.
 #[cfg(feature = "mysql-async")]
 mod mysql_async_writer {
-    use std::collections::HashSet;
 
     use mysql_async::prelude::Queryable;
     use mysql_async::{Params, Transaction, Value};
@@ -167,11 +166,10 @@ mod mysql_async_writer {
             consumer: &str,
             ids: &[Uuid],
         ) -> Result<Vec<Uuid>> {
-            let mut seen = HashSet::with_capacity(ids.len());
             let mut new = Vec::new();
-            for id in ids {
-                if seen.insert(*id) && record_one(self, tx, consumer, *id).await? {
-                    new.push(*id);
+            for id in crate::ids::distinct(ids) {
+                if record_one(self, tx, consumer, id).await? {
+                    new.push(id);
                 }
             }
             Ok(new)
