@@ -9,6 +9,7 @@ use oncebox_core::event::{OutboxCounts, last_error_text};
 use oncebox_core::{ClaimedBatch, EventStatus, OutboxDao, OutboxEvent, Result, SettleReport, Settlement};
 use oncebox_sqlx::{DecodeRow, status_counts};
 use sqlx::{MySqlPool, Row};
+use tracing::warn;
 use uuid::Uuid;
 
 use crate::error::{SqlxResultExt, database_error};
@@ -101,18 +102,28 @@ impl OutboxDao for MySqlOutboxDao {
         };
         let claimed_at: DateTime<Utc> =
             first.try_get("claimed_at").map_err(|error| database_error(&context, error))?;
-        // Decoding before the update: a row that cannot be read is not left claimed.
-        let mut events = rows
-            .iter()
-            .map(|row| MySqlRowFormat::decode_event(row, self.table()))
-            .collect::<Result<Vec<_>>>()?;
-        let ids: Vec<Uuid> = events.iter().map(|event| event.id).collect();
+        // Each row on its own: one that cannot be read is claimed with the others and given up on
+        // in the same transaction, and the others are sent.
+        let decoded = MySqlRowFormat::decode_events(&rows, self.table())?;
+        let ids: Vec<Uuid> =
+            decoded.rows.iter().map(|event| event.id).chain(decoded.undecodable_ids()).collect();
         for chunk in ids.chunks(MAX_IDS_PER_STATEMENT) {
             let statement = self.statements.claim_update.with_ids(id_slots(chunk.len()));
             let query = bind_ids(sqlx::query(statement).bind(claim_token).bind(claimed_at), chunk);
             query.execute(&mut *tx).await.context(&context)?;
         }
+        for (id, error) in decoded.undecodable_failures() {
+            warn!(event_type, %id, %error, "claimed an outbox row that cannot be decoded; marked FAILED");
+            sqlx::query(self.statements.fail_undecodable.clone())
+                .bind(error)
+                .bind(id)
+                .bind(claim_token)
+                .execute(&mut *tx)
+                .await
+                .context(&context)?;
+        }
         tx.commit().await.context(&context)?;
+        let mut events = decoded.rows;
         for event in &mut events {
             event.status = EventStatus::InProcess;
             event.claim_token = Some(claim_token);

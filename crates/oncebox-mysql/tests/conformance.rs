@@ -134,6 +134,23 @@ impl DaoHarness for MySqlHarness {
         Ok(())
     }
 
+    async fn overwrite_headers(
+        &self,
+        dialect: &MySqlDialect,
+        table: AgedTable,
+        id: Uuid,
+        text: &str,
+    ) -> Result<()> {
+        let sql = format!("UPDATE {} SET headers = ? WHERE id = ?", table.name(dialect.tables()));
+        sqlx::query(AssertSqlSafe(sql))
+            .bind(text.to_owned())
+            .bind(id)
+            .execute(dialect.pool())
+            .await
+            .map_err(sql_error("overwriting headers"))?;
+        Ok(())
+    }
+
     async fn dispose(&self, dialect: MySqlDialect) -> Result<()> {
         let dropped = self.drop_tables(&dialect).await;
         dialect.pool().close().await;

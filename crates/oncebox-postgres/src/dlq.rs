@@ -8,6 +8,7 @@ use oncebox_core::event::{DlqCounts, DlqFilter, DlqSelection};
 use oncebox_core::{DlqDao, DlqEvent, DlqStatus, Error, OutboxEvent, Result};
 use oncebox_sqlx::{DecodeRow, count, status_counts};
 use sqlx::PgPool;
+use tracing::warn;
 use uuid::Uuid;
 
 use crate::error::SqlxResultExt;
@@ -40,6 +41,14 @@ impl PgDlqDao {
     }
 }
 
+/// Logs DLQ rows that cannot be decoded: they stay in the DLQ (for `get` to explain and a person to
+/// fix or delete), but are left out of what is handed back, so one bad row does not hide the rest.
+fn warn_undecodable(undecodable: &[(Uuid, Error)]) {
+    for (id, error) in undecodable {
+        warn!(%id, %error, "a dead letter queue row cannot be decoded; left out of the result");
+    }
+}
+
 #[async_trait]
 impl DlqDao for PgDlqDao {
     async fn transfer_to_dlq(&self, max_rows: u32) -> Result<Vec<OutboxEvent>> {
@@ -51,10 +60,11 @@ impl DlqDao for PgDlqDao {
             .fetch_all(&self.pool)
             .await
             .context("moving failed events to the DLQ")?;
-        let mut moved = rows
-            .iter()
-            .map(|row| PgRowFormat::decode_event(row, &self.statements.tables.events))
-            .collect::<Result<Vec<_>>>()?;
+        // The rows have moved whatever they hold; one that cannot be decoded (it failed for that
+        // reason) is only left out of the list handed back, for the DLQ handler.
+        let decoded = PgRowFormat::decode_events(&rows, &self.statements.tables.events)?;
+        warn_undecodable(&decoded.undecodable);
+        let mut moved = decoded.rows;
         moved.sort_by_key(|event| (event.updated_at, event.id));
         Ok(moved)
     }
@@ -105,7 +115,9 @@ impl DlqDao for PgDlqDao {
             .fetch_all(&self.pool)
             .await
             .context("listing DLQ events")?;
-        rows.iter().map(|row| PgRowFormat::decode_dlq_event(row, self.table())).collect()
+        let decoded = PgRowFormat::decode_dlq_events(&rows, self.table())?;
+        warn_undecodable(&decoded.undecodable);
+        Ok(decoded.rows)
     }
 
     async fn count(&self, filter: &DlqFilter) -> Result<u64> {

@@ -8,6 +8,7 @@ use oncebox_core::event::{OutboxCounts, last_error_text};
 use oncebox_core::{ClaimedBatch, EventStatus, OutboxDao, OutboxEvent, Result, SettleReport, Settlement};
 use oncebox_sqlx::{DecodeRow, status_counts};
 use sqlx::PgPool;
+use tracing::warn;
 use uuid::Uuid;
 
 use crate::error::SqlxResultExt;
@@ -93,10 +94,25 @@ impl OutboxDao for PgOutboxDao {
             .fetch_all(&self.pool)
             .await
             .context(&format!("claiming {event_type}"))?;
-        let mut events = rows
-            .iter()
-            .map(|row| PgRowFormat::decode_event(row, self.table()))
-            .collect::<Result<Vec<_>>>()?;
+        // Each row on its own: one that cannot be read is given up on, and the others are sent.
+        // The claim has committed, so this is a second statement fenced by the claim token; if it
+        // fails, the rows stay IN_PROCESS for stuck recovery, as after any claim whose answer was
+        // lost.
+        let decoded = PgRowFormat::decode_events(&rows, self.table())?;
+        if !decoded.undecodable.is_empty() {
+            let (ids, errors): (Vec<Uuid>, Vec<String>) = decoded.undecodable_failures().into_iter().unzip();
+            for (id, error) in ids.iter().zip(&errors) {
+                warn!(event_type, %id, %error, "claimed an outbox row that cannot be decoded; marking it FAILED");
+            }
+            sqlx::query(self.statements.fail_undecodable.clone())
+                .bind(claim_token)
+                .bind(ids)
+                .bind(errors)
+                .execute(&self.pool)
+                .await
+                .context(&format!("failing undecodable rows of {event_type}"))?;
+        }
+        let mut events = decoded.rows;
         // RETURNING gives no order guarantee.
         events.sort_by_key(|event| (event.next_retry_at, event.id));
         batch.events = events;

@@ -123,6 +123,23 @@ impl DaoHarness for PgHarness {
         Ok(())
     }
 
+    async fn overwrite_headers(
+        &self,
+        dialect: &PgDialect,
+        table: AgedTable,
+        id: Uuid,
+        text: &str,
+    ) -> Result<()> {
+        let sql = format!("UPDATE {} SET headers = $1::jsonb WHERE id = $2", table.name(dialect.tables()));
+        sqlx::query(AssertSqlSafe(sql))
+            .bind(text.to_owned())
+            .bind(id)
+            .execute(dialect.pool())
+            .await
+            .map_err(sql_error("overwriting headers"))?;
+        Ok(())
+    }
+
     async fn dispose(&self, dialect: PgDialect) -> Result<()> {
         let dropped = self.drop_tables(&dialect).await;
         dialect.pool().close().await;

@@ -8,6 +8,7 @@ use oncebox_core::event::{DlqCounts, DlqFilter, DlqSelection};
 use oncebox_core::{DlqDao, DlqEvent, DlqStatus, Error, OutboxEvent, Result};
 use oncebox_sqlx::{DecodeRow, count, status_counts};
 use sqlx::SqlitePool;
+use tracing::warn;
 use uuid::Uuid;
 
 use crate::error::SqlxResultExt;
@@ -43,6 +44,14 @@ fn limit_value(limit: u32) -> i64 {
     i64::from(limit)
 }
 
+/// Logs DLQ rows that cannot be decoded: they stay in the DLQ (for `get` to explain and a person to
+/// fix or delete), but are left out of what is handed back, so one bad row does not hide the rest.
+fn warn_undecodable(undecodable: &[(Uuid, Error)]) {
+    for (id, error) in undecodable {
+        warn!(%id, %error, "a dead letter queue row cannot be decoded; left out of the result");
+    }
+}
+
 #[async_trait]
 impl DlqDao for SqliteDlqDao {
     async fn transfer_to_dlq(&self, limit: u32) -> Result<Vec<OutboxEvent>> {
@@ -56,14 +65,16 @@ impl DlqDao for SqliteDlqDao {
             .fetch_all(&mut *tx)
             .await
             .context(context)?;
-        let mut moved = rows
-            .iter()
-            .map(|row| SqliteRowFormat::decode_event(row, self.table()))
-            .collect::<Result<Vec<_>>>()?;
-        if moved.is_empty() {
-            return Ok(moved);
+        if rows.is_empty() {
+            return Ok(Vec::new());
         }
-        let ids: Vec<Uuid> = moved.iter().map(|event| event.id).collect();
+        // A row that cannot be decoded moves like the others (it failed for that reason); only
+        // the list handed back, for the DLQ handler, lacks it.
+        let decoded = SqliteRowFormat::decode_events(&rows, self.table())?;
+        warn_undecodable(&decoded.undecodable);
+        let ids: Vec<Uuid> =
+            decoded.rows.iter().map(|event| event.id).chain(decoded.undecodable_ids()).collect();
+        let mut moved = decoded.rows;
         sqlx::query(self.statements.delete_events_by_ids.clone())
             .bind(serde_json::to_string(&ids)?)
             .execute(&mut *tx)
@@ -136,7 +147,9 @@ impl DlqDao for SqliteDlqDao {
             .fetch_all(&self.pool)
             .await
             .context("listing DLQ events")?;
-        rows.iter().map(|row| SqliteRowFormat::decode_dlq_event(row, self.table())).collect()
+        let decoded = SqliteRowFormat::decode_dlq_events(&rows, self.table())?;
+        warn_undecodable(&decoded.undecodable);
+        Ok(decoded.rows)
     }
 
     async fn count(&self, filter: &DlqFilter) -> Result<u64> {

@@ -8,6 +8,7 @@ use oncebox_core::event::{OutboxCounts, last_error_text};
 use oncebox_core::{ClaimedBatch, OutboxDao, OutboxEvent, Result, SettleReport, Settlement};
 use oncebox_sqlx::{DecodeRow, status_counts};
 use sqlx::SqlitePool;
+use tracing::warn;
 use uuid::Uuid;
 
 use crate::error::SqlxResultExt;
@@ -57,12 +58,21 @@ impl OutboxDao for SqliteOutboxDao {
             .fetch_all(&mut *tx)
             .await
             .context(&context)?;
-        // Decoding before the commit: a row that cannot be read is not left claimed.
-        let mut events = rows
-            .iter()
-            .map(|row| SqliteRowFormat::decode_event(row, self.table()))
-            .collect::<Result<Vec<_>>>()?;
+        // Each row on its own: one that cannot be read is given up on in the claim's transaction,
+        // and the others are sent.
+        let decoded = SqliteRowFormat::decode_events(&rows, self.table())?;
+        for (id, error) in decoded.undecodable_failures() {
+            warn!(event_type, %id, %error, "claimed an outbox row that cannot be decoded; marked FAILED");
+            sqlx::query(self.statements.fail_undecodable.clone())
+                .bind(id.hyphenated())
+                .bind(claim_token.hyphenated())
+                .bind(error)
+                .execute(&mut *tx)
+                .await
+                .context(&context)?;
+        }
         tx.commit().await.context(&context)?;
+        let mut events = decoded.rows;
         // RETURNING gives no order guarantee.
         events.sort_by_key(|event| (event.next_retry_at, event.id));
         batch.events = events;

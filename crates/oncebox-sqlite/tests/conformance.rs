@@ -113,6 +113,23 @@ impl DaoHarness for SqliteHarness {
         Ok(())
     }
 
+    async fn overwrite_headers(
+        &self,
+        dialect: &SqliteDialect,
+        table: AgedTable,
+        id: Uuid,
+        text: &str,
+    ) -> Result<()> {
+        let sql = format!("UPDATE {} SET headers = ?1 WHERE id = ?2", table.name(dialect.tables()));
+        sqlx::query(AssertSqlSafe(sql))
+            .bind(text.to_owned())
+            .bind(id.hyphenated().to_string())
+            .execute(dialect.pool())
+            .await
+            .map_err(sql_error("overwriting headers"))?;
+        Ok(())
+    }
+
     /// A second pool on the same file and tables: what a second process on one host would open.
     async fn another_instance(&self, dialect: &SqliteDialect) -> Result<Option<SqliteDialect>> {
         let other = SqliteDialect::connect(&database_file(dialect).to_string_lossy()).await?;

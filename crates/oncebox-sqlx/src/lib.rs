@@ -32,5 +32,7 @@ mod row;
 mod time;
 
 pub use error::{ServerErrors, SqlxResultExt, database_error};
-pub use row::{DecodeRow, NativeFormat, RowFormat, StoredValue, count, parse_status, status_counts};
+pub use row::{
+    DecodeRow, DecodedRows, NativeFormat, RowFormat, StoredValue, count, parse_status, status_counts,
+};
 pub use time::{MAX_SHIFT_MICROS, micros};

@@ -6,6 +6,7 @@ use std::marker::PhantomData;
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
+use oncebox_core::event::last_error_text;
 use oncebox_core::{DlqEvent, Error, ErrorKind, Headers, OutboxEvent, Result};
 use sqlx::types::Json;
 use sqlx::{ColumnIndex, Decode, Row, Type};
@@ -190,11 +191,66 @@ where
     }
 }
 
+/// Rows read together (a claim, a transfer), decoded one by one.
+#[derive(Debug, Default)]
+pub struct DecodedRows<T> {
+    /// The rows that decoded, in read order.
+    pub rows: Vec<T>,
+    /// The rows that did not: their id and a decode error naming table, column and row.
+    pub undecodable: Vec<(Uuid, Error)>,
+}
+
+impl<T> DecodedRows<T> {
+    /// The ids of the rows that did not decode.
+    pub fn undecodable_ids(&self) -> Vec<Uuid> {
+        self.undecodable.iter().map(|(id, _)| *id).collect()
+    }
+
+    /// The rows that did not decode, each with the `last_error` text a dialect stores when it
+    /// gives up on the row: what went wrong, naming table, column and row, cut to
+    /// [`LAST_ERROR_MAX_CHARS`](oncebox_core::event::LAST_ERROR_MAX_CHARS).
+    pub fn undecodable_failures(&self) -> Vec<(Uuid, String)> {
+        self.undecodable
+            .iter()
+            .map(|(id, error)| {
+                let text = format!("never sent: the row cannot be decoded: {error}");
+                (*id, last_error_text(&text).to_owned())
+            })
+            .collect()
+    }
+}
+
+impl<'r, R> Columns<'r, R>
+where
+    R: Row,
+    for<'c> &'c str: ColumnIndex<R>,
+    String: Decode<'r, R::Database> + Type<R::Database>,
+    Option<String>: Decode<'r, R::Database> + Type<R::Database>,
+{
+    fn dlq_event<F: RowFormat<Row = R>>(&self, id: Uuid) -> Result<DlqEvent> {
+        let dlq_status = self.status("dlq_status", "DLQ status")?;
+        Ok(DlqEvent {
+            event: self.event::<F>(id)?,
+            dlq_status,
+            moved_at: self.stored::<F::Timestamp, _>("moved_at")?,
+        })
+    }
+}
+
 /// Decoding outbox and DLQ rows of a [`RowFormat`] into the core types; a malformed value is a
 /// decode error naming table, row and column.
 pub trait DecodeRow: RowFormat {
     /// Decodes an outbox row (or the outbox part of a DLQ row) read from `table`.
     fn decode_event(row: &Self::Row, table: &str) -> Result<OutboxEvent>;
+
+    /// Decodes outbox rows read together from `table` one by one, so that one malformed row does
+    /// not hide the others: it is reported with its id, for the caller to settle on its own. Fails
+    /// only when a row's id cannot be read, since such a row cannot be addressed at all.
+    fn decode_events(rows: &[Self::Row], table: &str) -> Result<DecodedRows<OutboxEvent>>;
+
+    /// Decodes DLQ rows read together from `table` one by one, like
+    /// [`decode_events`](DecodeRow::decode_events).
+    fn decode_dlq_events(rows: &[Self::Row], table: &str) -> Result<DecodedRows<DlqEvent>>;
 
     /// Decodes a DLQ row read from `table`.
     fn decode_dlq_event(row: &Self::Row, table: &str) -> Result<DlqEvent>;
@@ -214,13 +270,37 @@ where
 
     fn decode_dlq_event(row: &F::Row, table: &str) -> Result<DlqEvent> {
         let (columns, id) = Columns::new::<F>(row, table)?;
-        let dlq_status = columns.status("dlq_status", "DLQ status")?;
-        Ok(DlqEvent {
-            event: columns.event::<F>(id)?,
-            dlq_status,
-            moved_at: columns.stored::<F::Timestamp, _>("moved_at")?,
-        })
+        columns.dlq_event::<F>(id)
     }
+
+    fn decode_events(rows: &[F::Row], table: &str) -> Result<DecodedRows<OutboxEvent>> {
+        decode_each::<F, _>(rows, table, |columns, id| columns.event::<F>(id))
+    }
+
+    fn decode_dlq_events(rows: &[F::Row], table: &str) -> Result<DecodedRows<DlqEvent>> {
+        decode_each::<F, _>(rows, table, |columns, id| columns.dlq_event::<F>(id))
+    }
+}
+
+/// Decodes each row with `decode`, keeping the rows that fail apart with their id.
+fn decode_each<'r, F, T>(
+    rows: &'r [F::Row],
+    table: &'r str,
+    decode: impl Fn(&Columns<'r, F::Row>, Uuid) -> Result<T>,
+) -> Result<DecodedRows<T>>
+where
+    F: RowFormat,
+    for<'c> &'c str: ColumnIndex<F::Row>,
+{
+    let mut decoded = DecodedRows { rows: Vec::with_capacity(rows.len()), undecodable: Vec::new() };
+    for row in rows {
+        let (columns, id) = Columns::new::<F>(row, table)?;
+        match decode(&columns, id) {
+            Ok(value) => decoded.rows.push(value),
+            Err(error) => decoded.undecodable.push((id, error)),
+        }
+    }
+    Ok(decoded)
 }
 
 /// Parses a status read by a count query, naming the table and column on failure.

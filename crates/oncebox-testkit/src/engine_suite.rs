@@ -33,6 +33,7 @@ pub fn cases<H: DaoHarness>() -> Vec<Case<H>> {
         case!("a_stalled_worker_is_recovered_and_fenced", stalled_worker_recovered_and_fenced),
         case!("a_crash_mid_batch_loses_nothing", crash_mid_batch_loses_nothing),
         case!("failed_events_go_to_the_dlq_and_come_back", dlq_round_trip),
+        case!("an_undecodable_row_fails_alone_and_reaches_the_dlq", undecodable_row_fails_alone),
         case!("clean_up_jobs_delete_only_old_rows", clean_up_jobs),
         case!("four_engines_drain_50000_events_each_once_without_errors", four_engines_drain_one_table),
         case!("a_stalled_engine_is_fenced_by_a_second_engine", stalled_engine_fenced_by_another),
@@ -375,6 +376,72 @@ async fn dlq_round_trip<H: DaoHarness>(harness: Arc<H>) -> TestResult {
     assert_eq!(redriven.status, EventStatus::Processed);
     assert_eq!(redriven.attempts, 1, "attempts restart from 0 when re-driven");
     assert_eq!(broker.delivery_counts().len(), 3);
+    harness.dispose(dialect).await.map_err(fail)
+}
+
+/// Valid JSON, but not the object of strings the `headers` column must hold.
+const BAD_HEADERS: &str = r#"{"retries":3}"#;
+
+async fn undecodable_row_fails_alone<H: DaoHarness>(harness: Arc<H>) -> TestResult {
+    let dialect = harness.fresh().await.map_err(fail)?;
+    let published = events(5);
+    let bad = published[0].id;
+    harness.publish(&dialect, &published, true).await.map_err(fail)?;
+    // The oldest row, first in every claim, is one the relay cannot read.
+    harness.overwrite_headers(&dialect, AgedTable::Events, bad, BAD_HEADERS).await.map_err(fail)?;
+
+    let broker = MemoryBroker::new();
+    let config = Config::builder()
+        .event(EVENT, EventSettings::new(TOPIC).polling(fast_polling()))
+        .build()
+        .map_err(fail)?;
+    let engine = start(&dialect, config, Arc::new(broker.clone()))?;
+    eventually("the healthy rows are delivered and the bad one FAILED", Duration::from_secs(20), || async {
+        let counts = dialect.outbox_dao().counts().await?;
+        Ok(counts.status_total(EventStatus::Processed) == 4 && counts.status_total(EventStatus::Failed) == 1)
+    })
+    .await?;
+    engine.shutdown(Duration::from_secs(10)).await.map_err(fail)?;
+    let delivered = broker.delivery_counts();
+    assert!(!delivered.contains_key(&bad), "an undecodable row is never sent");
+    for event in &published[1..] {
+        assert_eq!(delivered.get(&event.id), Some(&1), "healthy event {} is delivered once", event.id);
+    }
+    // Readable again once repaired: the row says which column of which row could not be read.
+    harness.overwrite_headers(&dialect, AgedTable::Events, bad, "{}").await.map_err(fail)?;
+    let failed = row(&dialect, bad).await?;
+    assert_eq!(failed.status, EventStatus::Failed);
+    assert_eq!(failed.attempts, 0, "the event was never sent");
+    assert_eq!(failed.claim_token, None);
+    let last_error = failed.last_error.unwrap_or_default();
+    assert!(last_error.contains("headers") && last_error.contains(&bad.to_string()), "{last_error}");
+
+    // With the DLQ on, the FAILED row moves there like any other, bad headers and all.
+    harness.overwrite_headers(&dialect, AgedTable::Events, bad, BAD_HEADERS).await.map_err(fail)?;
+    let config = Config::builder()
+        .event(EVENT, EventSettings::new(TOPIC).polling(fast_polling()))
+        .dlq_enabled(true)
+        .dlq_polling(fast_polling())
+        .build()
+        .map_err(fail)?;
+    let engine = start(&dialect, config, Arc::new(broker.clone()))?;
+    let dlq = dialect.dlq_dao();
+    eventually("the undecodable row reaches the DLQ", Duration::from_secs(20), || {
+        let dlq = dlq.clone();
+        async move { Ok(dlq.count(&DlqFilter::default()).await? == 1) }
+    })
+    .await?;
+    engine.shutdown(Duration::from_secs(10)).await.map_err(fail)?;
+    assert_eq!(dialect.outbox_dao().counts().await.map_err(fail)?.status_total(EventStatus::Failed), 0);
+    let unreadable = dlq.get(bad).await.err().map(|error| error.to_string()).unwrap_or_default();
+    assert!(unreadable.contains("headers") && unreadable.contains(&bad.to_string()), "{unreadable}");
+    let listed = dlq.list(&DlqFilter::default(), 0, 10).await.map_err(fail)?;
+    assert!(listed.is_empty(), "a row that cannot be read does not break the listing");
+    harness.overwrite_headers(&dialect, AgedTable::Dlq, bad, "{}").await.map_err(fail)?;
+    let moved = dlq.get(bad).await.map_err(fail)?.ok_or_else(|| fail("missing DLQ row"))?;
+    assert_eq!(moved.dlq_status, DlqStatus::Moved);
+    assert_eq!(moved.event.status, EventStatus::Failed);
+    assert!(moved.event.last_error.is_some_and(|error| error.contains("headers")));
     harness.dispose(dialect).await.map_err(fail)
 }
 

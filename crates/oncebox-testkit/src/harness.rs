@@ -100,6 +100,17 @@ pub trait DaoHarness: Send + Sync + 'static {
         by: Duration,
     ) -> Result<()>;
 
+    /// Overwrites the stored `headers` column of row `id` of `table` ([`AgedTable::Events`] or
+    /// [`AgedTable::Dlq`]) with `text`, bypassing the writer, so a case can store what a bug, a
+    /// manual edit or another tool could leave there (e.g. JSON that is not an object of strings).
+    async fn overwrite_headers(
+        &self,
+        dialect: &Self::Dialect,
+        table: AgedTable,
+        id: Uuid,
+        text: &str,
+    ) -> Result<()>;
+
     /// Releases what `fresh` created (drops tables, deletes files). Called at the end of each test.
     async fn dispose(&self, dialect: Self::Dialect) -> Result<()>;
 
