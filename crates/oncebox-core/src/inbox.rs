@@ -143,8 +143,9 @@ impl<W> Inbox<W> {
     /// Transactional consumption: records `id` in `tx`, then runs `effect` in the same `tx`.
     /// Commit `tx` after `Applied` or `Duplicate`; roll it back after an error.
     ///
-    /// The cache is consulted first but filled only for duplicates (already committed); after
-    /// committing an `Applied` call, [`remember`](Self::remember) fills it.
+    /// The cache is consulted first but never filled here: a "duplicate" answer may come from a
+    /// record staged earlier in this same transaction, which a rollback undoes. After committing
+    /// `tx` (after `Applied` or `Duplicate`), [`remember`](Self::remember) fills it.
     pub async fn consume_in<Tx, R, E, F>(
         &self,
         tx: &mut Tx,
@@ -174,7 +175,7 @@ impl<W> Inbox<W> {
     /// The first half of [`consume_in`](Self::consume_in) for callers that run the effect
     /// themselves (e.g. a handler whose future must be `Send`): checks the cache, records `id` in
     /// `tx`, and returns `true` when the effect should run. Commit `tx` with the effect, then call
-    /// [`remember`](Self::remember).
+    /// [`remember`](Self::remember). Like `consume_in`, it never fills the cache itself.
     pub async fn record_in<Tx>(&self, tx: &mut Tx, id: Uuid) -> crate::error::Result<bool>
     where
         Tx: ?Sized,
@@ -186,7 +187,8 @@ impl<W> Inbox<W> {
         }
         let new = self.writer.record(tx, &self.consumer, id).await?;
         if !new {
-            self.cache.insert(&self.consumer, id).await;
+            // Not cached: the record that made this a duplicate may be uncommitted (staged earlier
+            // in `tx`); only the caller knows when it is durable, and says so with `remember`.
             self.count(InboxOutcome::Duplicate, 1);
         }
         Ok(new)
@@ -239,6 +241,10 @@ impl<W> Inbox<W> {
     /// Non-transactional consumption for effects that cannot be undone: records `id` first, then
     /// runs `effect`. A crash after recording misses the effect; it is never repeated. If `effect`
     /// returns an error the record is removed so a redelivery can try again.
+    ///
+    /// The cache is filled only after this call's effect succeeded. A "duplicate" answer is not
+    /// cached: the record may belong to a concurrent delivery whose effect is still running and may
+    /// fail and remove it, and a cached id would then skip the redelivery for good.
     pub async fn consume_once<R, E, F>(&self, id: Uuid, effect: F) -> Result<Consumed<R>, ConsumeError<E>>
     where
         F: AsyncFnOnce() -> Result<R, E>,
@@ -249,7 +255,6 @@ impl<W> Inbox<W> {
         }
         let new = self.dao.record(&self.consumer, id).await.map_err(ConsumeError::Inbox)?;
         if !new {
-            self.cache.insert(&self.consumer, id).await;
             self.count(InboxOutcome::Duplicate, 1);
             return Ok(Consumed::Duplicate);
         }
@@ -312,8 +317,9 @@ impl<W> Inbox<W> {
         }
     }
 
-    /// Fills the cache for `id` once the transaction of a [`consume_in`](Self::consume_in) call
-    /// has committed.
+    /// Fills the cache for `id` once the transaction of a [`consume_in`](Self::consume_in) or
+    /// [`record_in`](Self::record_in) call has committed, whether it answered `Applied` or
+    /// `Duplicate`: only then is the record known to be durable.
     pub async fn remember(&self, id: Uuid) {
         self.cache.insert(&self.consumer, id).await;
     }
@@ -439,7 +445,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn transactional_consume_applies_once_and_caches_only_committed_duplicates() {
+    async fn transactional_consume_applies_once_and_caches_only_what_the_caller_remembers() {
         let store = Arc::new(SetInbox::default());
         let cache = Arc::new(RecordingCache::default());
         let inbox = inbox(&store, &cache);
@@ -466,7 +472,13 @@ mod tests {
             .await;
         assert!(matches!(outcome, Ok(Consumed::Duplicate)));
         assert!(second.effects.is_empty());
-        assert!(cache.contains("billing", id).await, "a committed duplicate is cached");
+        assert!(
+            !cache.contains("billing", id).await,
+            "the inbox cannot tell whether the duplicate is durable"
+        );
+        store.commit(second);
+        inbox.remember(id).await;
+        assert!(cache.contains("billing", id).await, "remembered after the commit");
     }
 
     #[tokio::test]
@@ -499,13 +511,59 @@ mod tests {
         let mut second = tx();
         assert!(!inbox.record_in(&mut second, id).await.unwrap_or(true));
         assert!(second.staged.is_empty());
-        assert!(cache.contains("billing", id).await);
+        assert!(!cache.contains("billing", id).await, "filled only by remember");
         let cached_only = Uuid::now_v7();
         cache.insert("billing", cached_only).await;
         assert!(
             !inbox.record_in(&mut tx(), cached_only).await.unwrap_or(true),
             "a cache hit skips the database"
         );
+    }
+
+    #[tokio::test]
+    async fn a_duplicate_inside_a_rolled_back_transaction_is_not_cached() {
+        let store = Arc::new(SetInbox::default());
+        let cache = Arc::new(RecordingCache::default());
+        let inbox = inbox(&store, &cache);
+        let id = Uuid::now_v7();
+        let mut one_tx = tx();
+        let first =
+            inbox.consume_in(&mut one_tx, id, async |_tx: &mut StagedTx| Ok::<_, std::io::Error>(())).await;
+        assert!(matches!(first, Ok(Consumed::Applied(()))));
+        let second =
+            inbox.consume_in(&mut one_tx, id, async |_tx: &mut StagedTx| Ok::<_, std::io::Error>(())).await;
+        assert!(matches!(second, Ok(Consumed::Duplicate)), "the id is staged in the same transaction");
+        drop(one_tx);
+        assert!(!store.has("billing", id), "rolled back");
+        assert!(
+            !cache.contains("billing", id).await,
+            "a duplicate answered by an uncommitted record is not cached"
+        );
+        let mut redelivery = tx();
+        let outcome = inbox
+            .consume_in(&mut redelivery, id, async |_tx: &mut StagedTx| Ok::<_, std::io::Error>(()))
+            .await;
+        assert!(matches!(outcome, Ok(Consumed::Applied(()))), "the redelivery runs the effect");
+    }
+
+    #[tokio::test]
+    async fn a_concurrent_duplicate_is_not_cached_while_the_first_delivery_may_still_fail() {
+        let store = Arc::new(SetInbox::default());
+        let cache = Arc::new(RecordingCache::default());
+        let inbox = inbox(&store, &cache);
+        let id = Uuid::now_v7();
+        let first = inbox
+            .consume_once(id, async || {
+                // A second delivery of the same event arrives while this effect runs.
+                let concurrent = inbox.consume_once(id, async || Ok::<_, std::io::Error>("twice")).await;
+                assert!(matches!(concurrent, Ok(Consumed::Duplicate)));
+                Err::<&str, _>(std::io::Error::other("effect failed"))
+            })
+            .await;
+        assert!(matches!(first, Err(ConsumeError::Handler(_))));
+        assert!(!cache.contains("billing", id).await);
+        let redelivery = inbox.consume_once(id, async || Ok::<_, std::io::Error>("applied")).await;
+        assert!(matches!(redelivery, Ok(Consumed::Applied("applied"))), "the effect happens after all");
     }
 
     #[tokio::test]

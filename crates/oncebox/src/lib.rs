@@ -40,7 +40,8 @@
 //!     })
 //!     .await?;
 //! tx.commit().await?;
-//! if outcome.is_applied() { inbox.remember(event_id).await; }
+//! assert!(outcome.is_applied());
+//! inbox.remember(event_id).await; // committed: later deliveries are answered by the cache
 //!
 //! outbox.shutdown(std::time::Duration::from_secs(30)).await?;
 //! # Ok(()) }
