@@ -5,7 +5,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use moka::future::Cache;
 use oncebox_core::ConsumedCache;
-use oncebox_core::config::CacheConfig;
+use oncebox_core::config::{CacheConfig, MAX_SETTING_DURATION};
 use uuid::Uuid;
 
 /// An in-process consumed-id cache: at most `max_entries` ids, each kept for `ttl` after it was
@@ -26,8 +26,11 @@ impl std::fmt::Debug for MemoryCache {
 }
 
 impl MemoryCache {
-    /// A cache of at most `max_entries` ids, each kept for `ttl`.
+    /// A cache of at most `max_entries` ids, each kept for `ttl`. A `ttl` over
+    /// [`MAX_SETTING_DURATION`] (100 years) is treated as that; the configuration refuses one.
     pub fn new(ttl: Duration, max_entries: u64) -> Self {
+        // moka panics on a TTL over 1,000 years; no caller should be able to reach that.
+        let ttl = ttl.min(MAX_SETTING_DURATION);
         Self { entries: Cache::builder().max_capacity(max_entries).time_to_live(ttl).build() }
     }
 
@@ -92,6 +95,15 @@ mod tests {
         cache.run_pending_tasks().await;
         assert!(cache.entry_count() <= 100, "{} entries for a bound of 100", cache.entry_count());
         assert!(cache.entry_count() > 0);
+    }
+
+    #[tokio::test]
+    async fn a_ttl_beyond_any_setting_is_saturated_instead_of_panicking() {
+        let cache = MemoryCache::new(Duration::MAX, 10);
+        cache.insert("billing", Uuid::now_v7()).await;
+        let id = Uuid::now_v7();
+        cache.insert("billing", id).await;
+        assert!(cache.contains("billing", id).await);
     }
 
     #[test]

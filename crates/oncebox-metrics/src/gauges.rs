@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use metrics::{counter, gauge};
-use oncebox_core::config::GaugeConfig;
+use oncebox_core::config::{GaugeConfig, MIN_GAUGE_REFRESH};
 use oncebox_core::{DlqDao, OutboxDao, Result};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -64,7 +64,11 @@ fn series<S>(
 impl RowCountGauges {
     /// Gauges refreshed every `every`; attach the tables with [`with_outbox`](Self::with_outbox)
     /// and [`with_dlq`](Self::with_dlq).
+    ///
+    /// `every` is at least [`MIN_GAUGE_REFRESH`] (1 s): a shorter period is raised to it, since each
+    /// refresh counts whole tables.
     pub fn new(every: Duration) -> Self {
+        let every = every.max(MIN_GAUGE_REFRESH);
         Self { outbox: None, dlq: None, every, seen: Mutex::new(HashSet::new()) }
     }
 
@@ -176,6 +180,13 @@ mod tests {
             labels,
             ["pending", "in_process", "processed", "failed", "moved", "resolved", "to_retry", "other"]
         );
+    }
+
+    #[test]
+    fn a_zero_refresh_period_is_raised_to_the_minimum() {
+        assert_eq!(RowCountGauges::new(Duration::ZERO).every(), MIN_GAUGE_REFRESH);
+        let zero = GaugeConfig { cache_ttls: Some([Duration::ZERO; 3]) };
+        assert_eq!(RowCountGauges::from_config(&zero).every(), MIN_GAUGE_REFRESH);
     }
 
     #[test]

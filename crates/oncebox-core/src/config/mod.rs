@@ -27,6 +27,16 @@ use std::time::Duration;
 
 pub use builder::{ConfigBuilder, EventSettings};
 
+/// The longest duration any setting accepts (100 years). Longer values are surely typos, and they
+/// would overflow clock arithmetic (`Instant + duration`) or a cache (moka refuses a TTL over
+/// 1,000 years) later, far from the key that caused them. Validation refuses them naming the key;
+/// constructors that take a duration directly saturate at it.
+pub const MAX_SETTING_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// The shortest refresh period of the row-count gauges (`metrics.gauge.cache.ttls`): each refresh
+/// counts whole tables, so refreshing more often only loads the database.
+pub const MIN_GAUGE_REFRESH: Duration = Duration::from_secs(1);
+
 use crate::error::{Error, ErrorKind, Result};
 use crate::tables::TableNames;
 

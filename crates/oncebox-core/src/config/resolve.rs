@@ -60,8 +60,17 @@ fn backoff_defaults() -> RawBackoff {
     }
 }
 
-fn duration(value: Option<HumanDuration>) -> Duration {
-    value.map(|d| d.0).unwrap_or_default()
+/// Reads a duration setting: `default` when unset, an error naming `key` when over
+/// [`MAX_SETTING_DURATION`].
+fn setting(value: Option<HumanDuration>, key: impl AsRef<str>, default: Duration) -> Result<Duration> {
+    let value = value.map(|d| d.0).unwrap_or(default);
+    if value > MAX_SETTING_DURATION {
+        return Err(Error::config(
+            key.as_ref(),
+            format!("{} is longer than the 100 years any duration may be", humantime::format_duration(value)),
+        ));
+    }
+    Ok(value)
 }
 
 pub(crate) fn resolve(raw: &RawOncebox) -> Result<Config> {
@@ -77,8 +86,16 @@ pub(crate) fn resolve(raw: &RawOncebox) -> Result<Config> {
     };
     let lock_raw = raw.distributed_lock.clone().unwrap_or_default();
     let distributed_lock = DistributedLockConfig {
-        lock_at_least_for: lock_raw.lock_at_least_for.map(|d| d.0).unwrap_or(Duration::from_secs(1)),
-        lock_at_most_for: lock_raw.lock_at_most_for.map(|d| d.0).unwrap_or(Duration::from_secs(60)),
+        lock_at_least_for: setting(
+            lock_raw.lock_at_least_for,
+            "oncebox.distributed-lock.lock-at-least-for",
+            Duration::from_secs(1),
+        )?,
+        lock_at_most_for: setting(
+            lock_raw.lock_at_most_for,
+            "oncebox.distributed-lock.lock-at-most-for",
+            Duration::from_secs(60),
+        )?,
         resolve_by_polling_properties: lock_raw.resolve_by_polling_properties.unwrap_or(true),
     };
     if distributed_lock.lock_at_least_for > distributed_lock.lock_at_most_for {
@@ -100,7 +117,11 @@ pub(crate) fn resolve(raw: &RawOncebox) -> Result<Config> {
 
 fn resolve_outbox(raw: &RawOutbox) -> Result<OutboxConfig> {
     let sender = raw.sender.clone().unwrap_or_default();
-    let emergency_timeout = sender.emergency_timeout.map(|d| d.0).unwrap_or(Duration::from_secs(120));
+    let emergency_timeout = setting(
+        sender.emergency_timeout,
+        format!("{OUTBOX}.sender.emergency-timeout"),
+        Duration::from_secs(120),
+    )?;
     if emergency_timeout.is_zero() {
         return Err(Error::config(format!("{OUTBOX}.sender.emergency-timeout"), "must be greater than 0"));
     }
@@ -152,10 +173,11 @@ fn resolve_outbox(raw: &RawOutbox) -> Result<OutboxConfig> {
     let stuck = raw.stuck_recovery.clone().unwrap_or_default();
     let stuck_recovery = StuckRecoveryConfig {
         batch_size: batch_size(stuck.batch_size.unwrap_or(500), &format!("{OUTBOX}.stuck-recovery"))?,
-        max_batch_processing_time: stuck
-            .max_batch_processing_time
-            .map(|d| d.0)
-            .unwrap_or(Duration::from_secs(300)),
+        max_batch_processing_time: setting(
+            stuck.max_batch_processing_time,
+            format!("{OUTBOX}.stuck-recovery.max-batch-processing-time"),
+            Duration::from_secs(300),
+        )?,
         polling: polling(
             &stuck.polling.clone().unwrap_or_default().over(&stuck_recovery_polling_defaults()),
             &format!("{OUTBOX}.stuck-recovery.polling"),
@@ -217,7 +239,7 @@ fn resolve_inbox(raw: &RawInbox) -> Result<InboxConfig> {
     let clean_up = resolve_clean_up(raw.clean_up.as_ref(), &format!("{INBOX}.clean-up"))?;
     let cache = match &raw.cache {
         Some(cache) if cache.enabled.unwrap_or(true) => {
-            let ttl = cache.ttl.map(|d| d.0).unwrap_or(Duration::from_secs(3600));
+            let ttl = setting(cache.ttl, format!("{INBOX}.cache.ttl"), Duration::from_secs(3600))?;
             if ttl.is_zero() {
                 return Err(Error::config(format!("{INBOX}.cache.ttl"), "must be greater than 0"));
             }
@@ -257,7 +279,7 @@ fn resolve_clean_up(raw: Option<&RawCleanUp>, path: &str) -> Result<Option<Clean
     if !raw.enabled.unwrap_or(true) {
         return Ok(None);
     }
-    let ttl = raw.ttl.map(|d| d.0).unwrap_or(Duration::from_secs(24 * 3600));
+    let ttl = setting(raw.ttl, format!("{path}.ttl"), Duration::from_secs(24 * 3600))?;
     if ttl.is_zero() {
         return Err(Error::config(format!("{path}.ttl"), "must be greater than 0"));
     }
@@ -277,13 +299,27 @@ fn metrics(raw: Option<&RawMetrics>, path: &str) -> Result<MetricsConfig> {
     let gauges = if gauge.enabled.unwrap_or(false) {
         let cache = gauge.cache.unwrap_or_default();
         let cache_ttls = if cache.enabled.unwrap_or(true) {
-            let ttls: Vec<Duration> = cache
-                .ttls
-                .map(|ttls| ttls.into_iter().map(|d| d.0).collect())
-                .unwrap_or_else(|| vec![Duration::from_secs(60); 3]);
+            let key = format!("{path}.gauge.cache.ttls");
+            let ttls: Vec<Duration> = match cache.ttls {
+                Some(ttls) => ttls
+                    .into_iter()
+                    .map(|ttl| setting(Some(ttl), &key, Duration::ZERO))
+                    .collect::<Result<_>>()?,
+                None => vec![Duration::from_secs(60); 3],
+            };
+            // Each refresh counts whole tables: more often than once a second only loads the database.
+            if let Some(short) = ttls.iter().find(|ttl| **ttl < MIN_GAUGE_REFRESH) {
+                return Err(Error::config(
+                    &key,
+                    format!(
+                        "{} is shorter than 1s; each refresh counts whole tables",
+                        humantime::format_duration(*short)
+                    ),
+                ));
+            }
             let ttls: [Duration; 3] = ttls.try_into().map_err(|ttls: Vec<Duration>| {
                 Error::config(
-                    format!("{path}.gauge.cache.ttls"),
+                    &key,
                     format!(
                         "needs exactly 3 durations (total, per status, per type and status), got {}",
                         ttls.len()
@@ -302,12 +338,16 @@ fn metrics(raw: Option<&RawMetrics>, path: &str) -> Result<MetricsConfig> {
 }
 
 fn polling(raw: &RawPolling, path: &str) -> Result<Polling> {
-    let initial_delay = duration(raw.initial_delay);
+    let initial_delay = setting(raw.initial_delay, format!("{path}.initial-delay"), Duration::ZERO)?;
     match raw.kind.unwrap_or(PollingType::Adaptive) {
         PollingType::Fixed => {
-            let delay = raw.fixed_delay.map(|d| d.0).ok_or_else(|| {
-                Error::config(format!("{path}.fixed-delay"), "required when polling type is 'fixed'")
-            })?;
+            if raw.fixed_delay.is_none() {
+                return Err(Error::config(
+                    format!("{path}.fixed-delay"),
+                    "required when polling type is 'fixed'",
+                ));
+            }
+            let delay = setting(raw.fixed_delay, format!("{path}.fixed-delay"), Duration::ZERO)?;
             if delay.is_zero() {
                 return Err(Error::config(
                     format!("{path}.fixed-delay"),
@@ -317,8 +357,8 @@ fn polling(raw: &RawPolling, path: &str) -> Result<Polling> {
             Ok(Polling::Fixed { initial_delay, delay })
         }
         PollingType::Adaptive => {
-            let min_delay = duration(raw.min_fixed_delay);
-            let max_delay = duration(raw.max_fixed_delay);
+            let min_delay = setting(raw.min_fixed_delay, format!("{path}.min-fixed-delay"), Duration::ZERO)?;
+            let max_delay = setting(raw.max_fixed_delay, format!("{path}.max-fixed-delay"), Duration::ZERO)?;
             let multiplier = raw.multiplier.unwrap_or(1.5);
             if min_delay.is_zero() {
                 return Err(Error::config(
@@ -359,9 +399,9 @@ fn backoff(raw: &RawBackoff, path: &str) -> Result<Backoff> {
     }
     Ok(Backoff {
         enabled,
-        delay: duration(raw.delay),
+        delay: setting(raw.delay, format!("{path}.delay"), Duration::ZERO)?,
         multiplier,
-        max_delay: raw.max_delay.map(|d| d.0).unwrap_or(Duration::from_secs(3600)),
+        max_delay: setting(raw.max_delay, format!("{path}.max-delay"), Duration::from_secs(3600))?,
         jitter,
     })
 }

@@ -326,3 +326,29 @@ fn wake_ups_default_on_and_can_be_turned_off() {
     let message = yaml_error(&format!("{}    wake-up: sometimes\n", with_event("")));
     assert_names(&message, "oncebox.outbox.wake-up");
 }
+
+#[test]
+fn a_duration_over_a_hundred_years_is_refused_naming_its_key() {
+    let cache = "oncebox:\n  inbox:\n    clean-up:\n      enabled: false\n    cache:\n      ttl: 2000years\n";
+    assert_names(&yaml_error(cache), "oncebox.inbox.cache.ttl");
+    let timeout =
+        with_event("").replace("    events:", "    sender:\n      emergency-timeout: 500years\n    events:");
+    assert_names(&yaml_error(&timeout), "oncebox.outbox.sender.emergency-timeout");
+    let backoff = with_event("        backoff:\n          max-delay: 200years\n");
+    assert_names(&yaml_error(&backoff), "oncebox.outbox.events.order-created.backoff.max-delay");
+    let polling = with_event("        polling:\n          initial-delay: 101years\n");
+    assert_names(&yaml_error(&polling), "oncebox.outbox.events.order-created.polling.initial-delay");
+    let lock = "oncebox:\n  distributed-lock:\n    lock-at-most-for: 1000years\n";
+    assert_names(&yaml_error(lock), "oncebox.distributed-lock.lock-at-most-for");
+    let built =
+        Config::builder().event("order-created", EventSettings::new("orders")).inbox_enabled(true).build();
+    assert!(built.is_ok(), "the defaults are within bounds: {built:?}");
+}
+
+#[test]
+fn a_gauge_refresh_shorter_than_a_second_is_refused() {
+    let text = "oncebox:\n  inbox:\n    metrics:\n      gauge:\n        enabled: true\n        cache:\n          ttls: [0s, 1s, 1s]\n";
+    assert_names(&yaml_error(text), "oncebox.inbox.metrics.gauge.cache.ttls");
+    let text = with_event("").replace("  outbox:\n", "  outbox:\n    metrics:\n      gauge:\n        enabled: true\n        cache:\n          ttls: [1s, 1s, 10ms]\n");
+    assert_names(&yaml_error(&text), "oncebox.outbox.metrics.gauge.cache.ttls");
+}
