@@ -5,17 +5,29 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use oncebox_core::config::CacheConfig;
+use oncebox_core::redact::redact_url;
 use oncebox_core::{ConsumedCache, Error, ErrorKind, Result};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use uuid::Uuid;
 
-/// Settings of a [`RedisCache`].
-#[derive(Debug, Clone)]
+/// Settings of a [`RedisCache`]. Its `Debug` shows the URL without its password.
+#[derive(Clone)]
 pub struct RedisCacheConfig {
     url: String,
     key_prefix: String,
     ttl: Duration,
     timeout: Duration,
+}
+
+impl std::fmt::Debug for RedisCacheConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisCacheConfig")
+            .field("url", &redact_url(&self.url))
+            .field("key_prefix", &self.key_prefix)
+            .field("ttl", &self.ttl)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
 }
 
 impl RedisCacheConfig {
@@ -104,7 +116,7 @@ impl RedisCache {
             .set_response_timeout(Some(timeout))
             .set_number_of_retries(2);
         let connection = ConnectionManager::new_with_config(client, settings).await.map_err(|error| {
-            Error::temporary(ErrorKind::Other, format!("could not connect to Redis at {}", redacted(&url)))
+            Error::temporary(ErrorKind::Other, format!("could not connect to Redis at {}", redact_url(&url)))
                 .with_source(error)
         })?;
         Ok(Self { connection, key_prefix, ttl_millis, timeout, failing: Default::default() })
@@ -140,20 +152,6 @@ impl RedisCache {
     }
 }
 
-/// `url` without its password, for messages.
-fn redacted(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => {
-            let credentials = &url[scheme_end + 3..at];
-            match credentials.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme_end + 3], &url[at..]),
-                None => url.to_owned(),
-            }
-        }
-        _ => url.to_owned(),
-    }
-}
-
 #[async_trait]
 impl ConsumedCache for RedisCache {
     async fn contains(&self, consumer: &str, id: Uuid) -> bool {
@@ -173,11 +171,22 @@ impl ConsumedCache for RedisCache {
 mod tests {
     use super::*;
 
-    #[test]
-    fn passwords_are_left_out_of_messages() {
-        assert_eq!(redacted("redis://user:secret@cache:6379/0"), "redis://user:***@cache:6379/0");
-        assert_eq!(redacted("redis://:secret@cache:6379"), "redis://:***@cache:6379");
-        assert_eq!(redacted("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+    #[tokio::test]
+    async fn passwords_are_left_out_of_debug_and_errors() {
+        for url in [
+            "redis://user:s3cret@127.0.0.1:1/0",
+            "redis://:s3cret@127.0.0.1:1",
+            "redis+unix:///nonexistent/redis.sock?db=0&pass=s3cret",
+            "redis://user:s3/cret@127.0.0.1:1/0",
+        ] {
+            let config = RedisCacheConfig::new(url).with_timeout(Duration::from_millis(200));
+            let shown = format!("{config:?}");
+            assert!(!shown.contains("s3cret") && !shown.contains("s3/cret"), "{shown}");
+            let error =
+                RedisCache::connect(config).await.err().map(|e| format!("{e} {e:?}")).unwrap_or_default();
+            assert!(!error.is_empty(), "{url} cannot connect");
+            assert!(!error.contains("s3cret") && !error.contains("s3/cret"), "{error}");
+        }
     }
 
     #[tokio::test]

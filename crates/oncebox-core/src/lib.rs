@@ -26,6 +26,7 @@ pub mod hooks;
 pub mod inbox;
 pub mod polling;
 pub mod publisher;
+pub mod redact;
 pub mod retry;
 pub mod sender;
 pub mod serializer;
