@@ -33,15 +33,20 @@ use crate::hooks::{DlqHandler, LogDlqHandler, NoMetrics, OutboxMetrics, TaskOutc
 use crate::polling::{RunResult, Schedule};
 use crate::sender::Sender;
 
-/// The engine's state.
+/// The engine's state: `Stopped → Starting → Running (or Idle) → Stopping → Stopped`, and
+/// `Failed` when a task loop dies. It is never `Running` while no task is scheduled.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Lifecycle {
     /// Not started, or shut down.
     Stopped,
     /// Tasks are being scheduled.
     Starting,
-    /// Every task is scheduled.
+    /// Every task is scheduled, and there is at least one: a poller or a background job.
     Running,
+    /// Started with nothing to run in the background: no event type and no job is configured, as
+    /// in a consumer-only service with the inbox clean-up off. The inbox (and a publisher, if
+    /// any) work; reporting `Running` would claim background work that does not exist.
+    Idle,
     /// Shutting down: no new claims; in-flight batches settle.
     Stopping,
     /// A task loop died; the reason says which. Other tasks keep running until shutdown.
@@ -54,6 +59,7 @@ impl fmt::Display for Lifecycle {
             Lifecycle::Stopped => f.write_str("stopped"),
             Lifecycle::Starting => f.write_str("starting"),
             Lifecycle::Running => f.write_str("running"),
+            Lifecycle::Idle => f.write_str("idle"),
             Lifecycle::Stopping => f.write_str("stopping"),
             Lifecycle::Failed(reason) => write!(f, "failed: {reason}"),
         }
@@ -218,10 +224,19 @@ pub struct Engine;
 
 impl Engine {
     /// Validates the parts against the configuration and spawns every task on the current tokio
-    /// runtime. The handle reports Running once all tasks are scheduled.
+    /// runtime. The handle reports [`Lifecycle::Running`] once all tasks are scheduled, or
+    /// [`Lifecycle::Idle`] when the configuration has none (an inbox without clean-up). A
+    /// configuration with neither `oncebox.outbox` nor `oncebox.inbox` is refused: such an engine
+    /// could do nothing at all, which is a mistake in the configuration rather than a service.
     pub fn start(parts: EngineParts) -> Result<EngineHandle> {
         let (state, _) = watch::channel(Lifecycle::Starting);
         let config = &parts.config;
+        if config.outbox.is_none() && config.inbox.is_none() {
+            return Err(Error::new(
+                ErrorKind::Lifecycle,
+                "cannot start: neither oncebox.outbox nor oncebox.inbox is configured, so there is nothing to run",
+            ));
+        }
         let event_types: Vec<String> =
             config.outbox.as_ref().map(|o| o.events.keys().cloned().collect()).unwrap_or_default();
         let wakers = Wakers::new(event_types.iter());
@@ -263,15 +278,21 @@ impl Engine {
         if let Ok(mut slot) = shared.supervisor.lock() {
             *slot = Some(supervisor);
         }
+        // Running promises scheduled work; with no task at all the honest state is Idle.
+        let started = if task_count == 0 { Lifecycle::Idle } else { Lifecycle::Running };
         shared.state.send_if_modified(|state| {
             if *state == Lifecycle::Starting {
-                *state = Lifecycle::Running;
+                *state = started.clone();
                 true
             } else {
                 false
             }
         });
-        info!(tasks = task_count, event_types = event_types.len(), "oncebox engine running");
+        if task_count == 0 {
+            info!("oncebox engine idle: no event type and no background job is configured");
+        } else {
+            info!(tasks = task_count, event_types = event_types.len(), "oncebox engine running");
+        }
         Ok(EngineHandle { shared })
     }
 
@@ -344,6 +365,7 @@ impl Engine {
                 body: Arc::new(StuckRecovery {
                     outbox: outbox.clone(),
                     older_than: stuck.max_batch_processing_time,
+                    max_recoveries: stuck.max_recoveries,
                     batch_size: stuck.batch_size,
                     metrics: parts.metrics.clone(),
                     stats: stats.clone(),

@@ -319,6 +319,29 @@ async fn shutdown_waits_for_the_batch_in_flight_then_gives_up_at_the_deadline() 
     assert_eq!(engine.state(), Lifecycle::Stopped);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_consumer_only_engine_with_nothing_to_schedule_is_idle_not_running() {
+    let config =
+        Config::builder().inbox_enabled(true).inbox_clean_up(None).build().unwrap_or_else(|e| panic!("{e}"));
+    let mut parts = EngineParts::new(config);
+    parts.inbox = None;
+    let engine = Engine::start(parts).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(engine.state(), Lifecycle::Idle);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(engine.state(), Lifecycle::Idle, "nothing ran, so nothing can have failed");
+    engine.shutdown(Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(engine.state(), Lifecycle::Stopped);
+}
+
+#[tokio::test]
+async fn starting_with_neither_outbox_nor_inbox_is_an_error_naming_both() {
+    let config = Config::builder().build().unwrap_or_else(|e| panic!("{e}"));
+    let error = Engine::start(EngineParts::new(config)).err();
+    assert_eq!(error.as_ref().map(|e| e.kind()), Some(ErrorKind::Lifecycle));
+    let message = error.map(|e| e.to_string()).unwrap_or_default();
+    assert!(message.contains("oncebox.outbox") && message.contains("oncebox.inbox"), "{message}");
+}
+
 #[tokio::test]
 async fn starting_without_a_sender_is_an_error() {
     let config = outbox_only(Config::builder().event("e", EventSettings::new("t")));
