@@ -18,26 +18,149 @@ pub const DEFAULT_RETRY_MAX: Duration = Duration::from_secs(30);
 /// Default wait for the message in hand at shutdown.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
+/// Longest emergency timeout: it becomes librdkafka's `message.timeout.ms`, an `i32` of
+/// milliseconds (about 24.8 days).
+pub const MAX_EMERGENCY_TIMEOUT: Duration = Duration::from_millis(i32::MAX as u64);
+/// Longest retry backoff and shutdown grace of the listener (one day): a deadline computed from a
+/// longer one could overflow the clock, and nobody waits longer for a record in practice.
+pub const MAX_LISTENER_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// Producer properties the sender sets itself; the user may not replace them through
 /// pass-through properties because the sender's guarantees depend on them.
 const OWNED_PRODUCER_KEYS: &[&str] = &["bootstrap.servers", "metadata.broker.list"];
 /// Consumer properties the listener sets itself.
 const OWNED_CONSUMER_KEYS: &[&str] = &["bootstrap.servers", "metadata.broker.list", "group.id"];
 
-/// Properties whose values `Debug` and log lines never show.
-fn is_secret(key: &str) -> bool {
-    let key = key.to_ascii_lowercase();
-    ["password", "secret", "sasl.oauthbearer.config", "ssl.key.pem", "ssl_key"]
-        .iter()
-        .any(|part| key.contains(part))
+/// Properties whose values `Debug` and error messages may show: tuning and addressing settings
+/// that never carry a credential. An allow-list rather than a list of secret names, so a
+/// credential under a name nobody thought of (`sasl.jaas.config`, `sasl.username` holding an API
+/// key, a future librdkafka property) is hidden by default.
+const SHOWN_PROPERTIES: &[&str] = &[
+    "acks",
+    "request.required.acks",
+    "enable.idempotence",
+    "linger.ms",
+    "queue.buffering.max.ms",
+    "queue.buffering.max.messages",
+    "queue.buffering.max.kbytes",
+    "batch.size",
+    "batch.num.messages",
+    "compression.type",
+    "compression.codec",
+    "compression.level",
+    "message.timeout.ms",
+    "delivery.timeout.ms",
+    "message.max.bytes",
+    "max.in.flight",
+    "max.in.flight.requests.per.connection",
+    "retries",
+    "message.send.max.retries",
+    "retry.backoff.ms",
+    "retry.backoff.max.ms",
+    "request.timeout.ms",
+    "socket.timeout.ms",
+    "socket.keepalive.enable",
+    "reconnect.backoff.ms",
+    "reconnect.backoff.max.ms",
+    "metadata.max.age.ms",
+    "topic.metadata.refresh.interval.ms",
+    "statistics.interval.ms",
+    "client.id",
+    "client.rack",
+    "client.dns.lookup",
+    "broker.address.family",
+    "security.protocol",
+    "sasl.mechanism",
+    "sasl.mechanisms",
+    "ssl.ca.location",
+    "ssl.endpoint.identification.algorithm",
+    "enable.ssl.certificate.verification",
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "max.poll.interval.ms",
+    "auto.offset.reset",
+    "enable.auto.commit",
+    "auto.commit.enable",
+    "enable.auto.offset.store",
+    "partition.assignment.strategy",
+    "group.protocol",
+    "group.instance.id",
+    "isolation.level",
+    "fetch.min.bytes",
+    "fetch.max.bytes",
+    "fetch.wait.max.ms",
+    "fetch.message.max.bytes",
+    "max.partition.fetch.bytes",
+    "queued.min.messages",
+    "queued.max.messages.kbytes",
+    "enable.partition.eof",
+    "check.crcs",
+    "allow.auto.create.topics",
+    "debug",
+    "log_level",
+];
+
+/// Whether the value of `key` may be shown; every other value is a possible credential.
+pub(crate) fn shows_value(key: &str) -> bool {
+    SHOWN_PROPERTIES.contains(&key)
 }
 
-/// The properties with secret values replaced by `***`.
+/// The properties with every value not on the allow-list replaced by `***`.
 fn redacted(properties: &BTreeMap<String, String>) -> BTreeMap<&str, &str> {
     properties
         .iter()
-        .map(|(key, value)| (key.as_str(), if is_secret(key) { "***" } else { value.as_str() }))
+        .map(|(key, value)| (key.as_str(), if shows_value(key) { value.as_str() } else { "***" }))
         .collect()
+}
+
+/// Whether librdkafka reads `value` as true: `true` or `t` in any case, or `1`
+/// (`rd_kafka_anyconf_set` for boolean properties).
+fn is_true(value: &str) -> bool {
+    let value = value.trim();
+    value.eq_ignore_ascii_case("true") || value.eq_ignore_ascii_case("t") || value == "1"
+}
+
+/// Whether librdkafka reads `value` as false: `false` or `f` in any case, or `0`.
+fn is_false(value: &str) -> bool {
+    let value = value.trim();
+    value.eq_ignore_ascii_case("false") || value.eq_ignore_ascii_case("f") || value == "0"
+}
+
+/// Consumer properties that must stay false, with the reason. Only a false spelling is accepted:
+/// a truthy one (`1`, `t`, `TRUE`, a YAML `1` or `yes`) would turn them on, and anything else is
+/// not worth guessing about.
+const FALSE_CONSUMER_KEYS: &[(&str, &str)] = &[
+    (
+        "enable.auto.commit",
+        "auto-commit commits offsets of messages whose handler has not run or failed, so a crash \
+         would lose them; the listener commits each offset itself after the handler succeeded",
+    ),
+    (
+        "auto.commit.enable",
+        "this legacy name of enable.auto.commit would commit offsets of messages whose handler has \
+         not run or failed; the listener commits each offset itself after the handler succeeded",
+    ),
+    (
+        "enable.auto.offset.store",
+        "librdkafka would store the offset of each message as it is handed out, so any commit of \
+         stored offsets covers messages whose handler has not succeeded; the listener commits each \
+         offset itself after the handler succeeded",
+    ),
+];
+
+/// Properties the dead-letter producer takes over from the consumer's: how to reach and
+/// authenticate to the cluster, which a managed service requires of every client.
+fn is_connection_property(key: &str) -> bool {
+    ["ssl.", "ssl_", "sasl.", "https."].iter().any(|prefix| key.starts_with(prefix))
+        || matches!(
+            key,
+            "security.protocol"
+                | "enable.ssl.certificate.verification"
+                | "enable.sasl.oauthbearer.unsecure.jwt"
+                | "broker.address.family"
+                | "client.dns.lookup"
+                | "socket.keepalive.enable"
+        )
 }
 
 /// How a [`KafkaSender`](crate::KafkaSender) reaches the cluster.
@@ -131,6 +254,15 @@ impl KafkaSenderConfig {
         if self.emergency_timeout < Duration::from_millis(1) {
             return Err(Error::config("kafka.emergency-timeout", "must be at least 1ms"));
         }
+        if self.emergency_timeout > MAX_EMERGENCY_TIMEOUT {
+            return Err(Error::config(
+                "kafka.emergency-timeout",
+                format!(
+                    "{:?} is above {MAX_EMERGENCY_TIMEOUT:?}, the longest librdkafka accepts as message.timeout.ms",
+                    self.emergency_timeout
+                ),
+            ));
+        }
         let limit = self.emergency_timeout.as_millis();
         for key in self.properties.keys() {
             if OWNED_PRODUCER_KEYS.contains(&key.as_str()) {
@@ -172,7 +304,7 @@ impl KafkaSenderConfig {
             }
         }
         if let Some(idempotence) = value("enable.idempotence")
-            && idempotence != "true"
+            && !is_true(&idempotence)
         {
             weakened.push(format!(
                 "enable.idempotence={idempotence} (retries can reorder and duplicate records of a key)"
@@ -337,20 +469,32 @@ impl KafkaListenerConfig {
                 ));
             }
         }
-        if let Some(value) = self.properties.get("enable.auto.commit")
-            && value.trim().eq_ignore_ascii_case("true")
-        {
-            return Err(Error::config(
-                "kafka.consumer.enable.auto.commit",
-                "must not be true: auto-commit commits offsets of messages whose handler has not run or \
-                 failed, so a crash would lose them; the listener commits each offset itself after the \
-                 handler succeeded",
-            ));
+        for (key, reason) in FALSE_CONSUMER_KEYS {
+            if let Some(value) = self.properties.get(*key)
+                && !is_false(value)
+            {
+                return Err(Error::config(
+                    format!("kafka.consumer.{key}"),
+                    format!("must be false (false, f or 0), not '{value}': {reason}"),
+                ));
+            }
         }
         if self.retry_min.is_zero() || self.retry_min > self.retry_max {
             return Err(Error::config(
                 "kafka.listener.retry-backoff",
                 format!("min {:?} must be above zero and not above max {:?}", self.retry_min, self.retry_max),
+            ));
+        }
+        if self.retry_max > MAX_LISTENER_WAIT {
+            return Err(Error::config(
+                "kafka.listener.retry-backoff",
+                format!("max {:?} must not be above {MAX_LISTENER_WAIT:?}", self.retry_max),
+            ));
+        }
+        if self.shutdown_grace > MAX_LISTENER_WAIT {
+            return Err(Error::config(
+                "kafka.listener.shutdown-grace",
+                format!("{:?} must not be above {MAX_LISTENER_WAIT:?}", self.shutdown_grace),
             ));
         }
         if self.max_attempts == Some(0) {
@@ -381,7 +525,9 @@ impl KafkaListenerConfig {
         config
     }
 
-    /// The producer for the dead-letter topic: acknowledged and idempotent, like the sender's.
+    /// The producer for the dead-letter topic: acknowledged and idempotent, like the sender's, and
+    /// connected like the consumer (`security.protocol`, `ssl.*`, `sasl.*`, …), since a managed
+    /// cluster refuses a client without them.
     pub(crate) fn dead_letter_producer_config(&self) -> ClientConfig {
         let mut config = ClientConfig::new();
         config
@@ -390,6 +536,9 @@ impl KafkaListenerConfig {
             .set("enable.idempotence", "true")
             .set("message.timeout.ms", "30000")
             .set("client.id", "oncebox-kafka-dead-letter");
+        for (key, value) in self.properties.iter().filter(|(key, _)| is_connection_property(key)) {
+            config.set(key, value);
+        }
         config
     }
 }
@@ -559,6 +708,135 @@ mod tests {
         assert!(problem(config.validate().map(|_| ())).contains("dead-letter-topic"));
         let config = KafkaListenerConfig::new("h:1", "billing", Vec::<String>::new());
         assert!(problem(config.validate().map(|_| ())).contains("kafka.listener.topics"));
+    }
+
+    fn listener_with(key: &str, value: &str) -> KafkaListenerConfig {
+        KafkaListenerConfig::new("h:1", "billing", ["orders"]).with_consumer_property(key, value)
+    }
+
+    #[test]
+    fn every_truthy_spelling_of_auto_commit_is_refused() {
+        // librdkafka reads `true` and `t` in any case and `1` as true; anything but a false
+        // spelling is refused, so an unknown spelling never reaches librdkafka either.
+        for value in ["true", "TRUE", "True", "t", "T", "1", " true ", "yes", "on", "", "01"] {
+            let text = problem(listener_with("enable.auto.commit", value).validate());
+            assert!(text.contains("kafka.consumer.enable.auto.commit"), "{value:?}: {text}");
+        }
+        for value in ["false", "FALSE", "False", "f", "F", "0"] {
+            let result = listener_with("enable.auto.commit", value).validate();
+            assert!(result.is_ok(), "{value:?}: {result:?}");
+        }
+    }
+
+    #[test]
+    fn the_legacy_topic_level_auto_commit_is_refused_too() {
+        let text = problem(listener_with("auto.commit.enable", "1").validate());
+        assert!(text.contains("kafka.consumer.auto.commit.enable"), "{text}");
+        assert!(listener_with("auto.commit.enable", "false").validate().is_ok());
+    }
+
+    #[test]
+    fn auto_commit_written_as_a_yaml_number_or_flag_is_refused() {
+        for value in ["1", "true", "yes", "on"] {
+            let yaml = format!(
+                "oncebox:\n  kafka:\n    bootstrap-servers: b:1\n    consumer:\n      enable.auto.commit: {value}\n"
+            );
+            let text = problem(KafkaListenerConfig::from_yaml_str(&yaml, "billing", ["orders"]));
+            assert!(text.contains("kafka.consumer.enable.auto.commit"), "{value}: {text}");
+        }
+    }
+
+    #[test]
+    fn the_offset_store_cannot_be_turned_back_on() {
+        for value in ["true", "TRUE", "t", "1", "yes", ""] {
+            let text = problem(listener_with("enable.auto.offset.store", value).validate());
+            assert!(text.contains("kafka.consumer.enable.auto.offset.store"), "{value:?}: {text}");
+        }
+        let config = listener_with("enable.auto.offset.store", "false");
+        assert!(config.validate().is_ok());
+        assert_eq!(config.client_config().get("enable.auto.offset.store"), Some("false"));
+    }
+
+    #[test]
+    fn an_emergency_timeout_beyond_librdkafkas_range_is_refused_naming_the_key() {
+        for timeout in [Duration::MAX, Duration::from_millis(i32::MAX as u64 + 1)] {
+            let config = KafkaSenderConfig::new("h:1").with_emergency_timeout(timeout);
+            let text = problem(config.validate());
+            assert!(text.contains("kafka.emergency-timeout"), "{timeout:?}: {text}");
+        }
+        let longest = KafkaSenderConfig::new("h:1").with_emergency_timeout(MAX_EMERGENCY_TIMEOUT);
+        assert!(longest.validate().is_ok());
+        let yaml = "oncebox:\n  kafka:\n    bootstrap-servers: b:1\n    emergency-timeout: 100years\n";
+        assert!(problem(KafkaSenderConfig::from_yaml_str(yaml)).contains("kafka.emergency-timeout"));
+    }
+
+    #[test]
+    fn listener_waits_are_bounded_naming_the_key() {
+        let base = || KafkaListenerConfig::new("h:1", "billing", ["orders"]);
+        let huge = Duration::from_secs(u64::MAX / 2);
+        let text = problem(base().with_retry_backoff(Duration::from_secs(1), Duration::MAX).validate());
+        assert!(text.contains("kafka.listener.retry-backoff"), "{text}");
+        let text = problem(base().with_retry_backoff(huge, Duration::MAX).validate());
+        assert!(text.contains("kafka.listener.retry-backoff"), "{text}");
+        let text = problem(base().with_shutdown_grace(Duration::MAX).validate());
+        assert!(text.contains("kafka.listener.shutdown-grace"), "{text}");
+        let longest = base()
+            .with_retry_backoff(MAX_LISTENER_WAIT, MAX_LISTENER_WAIT)
+            .with_shutdown_grace(MAX_LISTENER_WAIT);
+        assert!(longest.validate().is_ok());
+        // The delay never exceeds the cap, whatever the attempt count.
+        let capped = base().with_retry_backoff(Duration::from_secs(1), MAX_LISTENER_WAIT);
+        assert_eq!(capped.retry_delay(u32::MAX), MAX_LISTENER_WAIT);
+    }
+
+    #[test]
+    fn the_dead_letter_producer_connects_like_the_consumer() {
+        let config = KafkaListenerConfig::new("h:1", "billing", ["orders"])
+            .with_dead_letter_topic("orders.dlt")
+            .with_consumer_property("security.protocol", "SASL_SSL")
+            .with_consumer_property("sasl.mechanisms", "SCRAM-SHA-512")
+            .with_consumer_property("sasl.username", "billing")
+            .with_consumer_property("sasl.password", "pass")
+            .with_consumer_property("ssl.ca.location", "/etc/ssl/certs/ca.pem")
+            .with_consumer_property("session.timeout.ms", "10000");
+        let producer = config.dead_letter_producer_config();
+        assert_eq!(producer.get("security.protocol"), Some("SASL_SSL"));
+        assert_eq!(producer.get("sasl.mechanisms"), Some("SCRAM-SHA-512"));
+        assert_eq!(producer.get("sasl.username"), Some("billing"));
+        assert_eq!(producer.get("sasl.password"), Some("pass"));
+        assert_eq!(producer.get("ssl.ca.location"), Some("/etc/ssl/certs/ca.pem"));
+        assert_eq!(producer.get("session.timeout.ms"), None, "consumer tuning stays with the consumer");
+        assert_eq!(producer.get("acks"), Some("all"));
+    }
+
+    /// Values of properties that carry credentials, as a managed cluster needs them.
+    const SECRETS: &[(&str, &str)] = &[
+        ("ssl.key.password", "key-pass-4711"),
+        ("sasl.password", "sasl-pass-4711"),
+        ("sasl.username", "api-key-4711"),
+        (
+            "sasl.jaas.config",
+            "org.apache.kafka.common.security.plain.PlainLoginModule required password=\"jaas-4711\";",
+        ),
+        ("sasl.oauthbearer.client.secret", "oauth-secret-4711"),
+        ("sasl.oauthbearer.config", "principal=admin token=oauth-config-4711"),
+        ("ssl.key.pem", "-----BEGIN PRIVATE KEY-----pem-4711"),
+        ("ssl.keystore.password", "keystore-4711"),
+        ("ssl_key", "legacy-4711"),
+    ];
+
+    #[test]
+    fn debug_never_shows_a_credential() {
+        for (key, value) in SECRETS {
+            let sender = KafkaSenderConfig::new("h:1").with_producer_property(*key, *value);
+            let listener = listener_with(key, value);
+            for text in [format!("{sender:?}"), format!("{listener:?}"), format!("{sender:#?}")] {
+                assert!(!text.contains("4711"), "{key}: {text}");
+            }
+        }
+        // Known tuning properties stay readable.
+        let sender = KafkaSenderConfig::new("h:1").with_producer_property("linger.ms", "5");
+        assert!(format!("{sender:?}").contains("\"linger.ms\": \"5\""), "{sender:?}");
     }
 
     #[test]

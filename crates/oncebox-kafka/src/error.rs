@@ -3,6 +3,8 @@
 use oncebox_core::{Error, ErrorKind};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
+use crate::config::shows_value;
+
 /// Codes that repeat for the same record however often it is sent: it is too large, malformed,
 /// or addressed to a topic that is invalid or forbidden. Everything else (timeouts, lost
 /// connections, leader changes, a full queue, a missing topic that may yet be created) may clear up.
@@ -66,9 +68,63 @@ pub(crate) fn consumer_error(context: impl Into<String>, error: KafkaError) -> E
     Error::temporary(ErrorKind::Broker, context).with_source(error)
 }
 
-/// A client that could not be created from its configuration: the message names the property.
-pub(crate) fn creation_error(what: &str, error: KafkaError) -> Error {
-    Error::config(format!("kafka.{what}"), error.to_string()).with_source(error)
+/// A client that could not be created from `config`: the message names the refused property but
+/// never shows a value that might be a credential. rdkafka's own `Display` and `Debug` of a
+/// refused property print its value (e.g. `ssl.key.password` on a build without OpenSSL), so the
+/// rdkafka error is not kept as the source, and librdkafka's text is scrubbed of every value not
+/// on the allow-list of [`shows_value`].
+pub(crate) fn creation_error(what: &str, config: &rdkafka::ClientConfig, error: KafkaError) -> Error {
+    let hidden: Vec<&str> = config
+        .config_map()
+        .into_iter()
+        .filter(|(key, value)| !shows_value(key) && !value.is_empty())
+        .map(|(_, value)| value)
+        .collect();
+    let problem = match &error {
+        KafkaError::ClientConfig(_, description, key, value) => {
+            let mut hidden = hidden;
+            if !shows_value(key) && !value.is_empty() {
+                hidden.push(value);
+            }
+            format!("property '{key}' was refused: {}", scrubbed(description, hidden))
+        }
+        other => scrubbed(&other.to_string(), hidden),
+    };
+    Error::config(format!("kafka.{what}"), problem)
+}
+
+/// Shortest piece of a hidden value that is masked where it appears on its own: librdkafka
+/// sometimes quotes only part of a value (`Unrecognized sasl.oauthbearer.config beginning at: …`).
+/// A hidden value shorter than this is masked only whole.
+const MIN_MASKED_FRAGMENT: usize = 6;
+
+/// `text` with every piece of a `hidden` value (the whole value, or a run of at least
+/// [`MIN_MASKED_FRAGMENT`] characters of it) replaced by `***`.
+fn scrubbed(text: &str, hidden: Vec<&str>) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut masked = vec![false; chars.len()];
+    for value in hidden {
+        let value: Vec<char> = value.chars().collect();
+        let shortest = value.len().min(MIN_MASKED_FRAGMENT);
+        for start in 0..chars.len() {
+            let longest = (0..value.len())
+                .map(|offset| chars[start..].iter().zip(&value[offset..]).take_while(|(a, b)| a == b).count())
+                .max()
+                .unwrap_or(0);
+            if longest >= shortest {
+                masked[start..start + longest].iter_mut().for_each(|mask| *mask = true);
+            }
+        }
+    }
+    let mut out = String::with_capacity(text.len());
+    for (index, character) in chars.iter().enumerate() {
+        match (masked[index], index > 0 && masked[index - 1]) {
+            (true, false) => out.push_str("***"),
+            (true, true) => {}
+            (false, _) => out.push(*character),
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -88,6 +144,29 @@ mod tests {
         assert!(down.is_temporary());
         assert!(is_fatal(&KafkaError::MessageProduction(RDKafkaErrorCode::Fatal)));
         assert!(!is_fatal(&KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)));
+    }
+
+    #[test]
+    fn a_creation_error_names_the_property_but_never_its_value() {
+        use rdkafka::types::RDKafkaConfRes;
+        let refused = KafkaError::ClientConfig(
+            RDKafkaConfRes::RD_KAFKA_CONF_INVALID,
+            "Invalid value \"hunter2-4711\" for configuration property \"sasl.password\"".to_owned(),
+            "sasl.password".to_owned(),
+            "hunter2-4711".to_owned(),
+        );
+        let error = creation_error("producer", &rdkafka::ClientConfig::new(), refused);
+        let text = format!("{error} | {error:?} | {:?}", std::error::Error::source(&error));
+        assert!(text.contains("sasl.password") && !text.contains("4711"), "{text}");
+
+        let mut config = rdkafka::ClientConfig::new();
+        config.set("sasl.oauthbearer.config", "principal=admin token=tok-4711").set("linger.ms", "5");
+        let failed = KafkaError::ClientCreation(
+            "Unrecognized sasl.oauthbearer.config beginning at: token=tok-4711".to_owned(),
+        );
+        let error = creation_error("producer", &config, failed);
+        let text = format!("{error} | {error:?} | {:?}", std::error::Error::source(&error));
+        assert!(text.contains("sasl.oauthbearer.config") && !text.contains("4711"), "{text}");
     }
 
     #[test]

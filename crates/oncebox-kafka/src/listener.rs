@@ -218,12 +218,14 @@ impl KafkaListenerBuilder {
             return Err(Error::config("kafka.listener", "no event type has a handler"));
         }
         let dead_letters = match &self.config.dead_letter_topic {
-            Some(_) => Some(
-                self.config
-                    .dead_letter_producer_config()
-                    .create::<FutureProducer>()
-                    .map_err(|error| creation_error("listener.dead-letter-producer", error))?,
-            ),
+            Some(_) => {
+                let client = self.config.dead_letter_producer_config();
+                Some(
+                    client
+                        .create::<FutureProducer>()
+                        .map_err(|error| creation_error("listener.dead-letter-producer", &client, error))?,
+                )
+            }
             None => None,
         };
         let (outcomes, _) = broadcast::channel(1024);
@@ -419,11 +421,10 @@ impl KafkaListener {
     /// logged and ridden out by librdkafka's reconnects; only shutdown or an unusable configuration ends
     /// the call.
     pub async fn run(&self, shutdown: impl Future<Output = ()>) -> Result<()> {
-        let consumer: ListenerConsumer = self
-            .config
-            .client_config()
+        let client = self.config.client_config();
+        let consumer: ListenerConsumer = client
             .create_with_context(ListenerContext::default())
-            .map_err(|error| creation_error("consumer", error))?;
+            .map_err(|error| creation_error("consumer", &client, error))?;
         let topics: Vec<&str> = self.config.topics.iter().map(String::as_str).collect();
         consumer
             .subscribe(&topics)

@@ -14,7 +14,7 @@ use rdkafka::producer::future_producer::OwnedDeliveryResult;
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use tokio::time::Instant;
 
-use crate::config::KafkaSenderConfig;
+use crate::config::{KafkaSenderConfig, MAX_EMERGENCY_TIMEOUT};
 use crate::error::{creation_error, needs_new_producer, produce_error};
 
 /// How long to wait for room in librdkafka's queue when the queue is full of other batches'
@@ -101,11 +101,11 @@ impl KafkaSender {
 }
 
 fn create_producer(config: &KafkaSenderConfig) -> Result<Arc<FutureProducer>> {
-    config
-        .client_config()
+    let client = config.client_config();
+    client
         .create::<FutureProducer>()
         .map(Arc::new)
-        .map_err(|error| creation_error("producer", error))
+        .map_err(|error| creation_error("producer", &client, error))
 }
 
 /// The headers of `message` as Kafka record headers, values as raw UTF-8.
@@ -143,6 +143,7 @@ impl Sender for KafkaSender {
         if batch.is_empty() {
             return Vec::new();
         }
+        // Cannot overflow: `validate` bounds the timeout by MAX_EMERGENCY_TIMEOUT.
         let deadline = Instant::now() + self.config.emergency_timeout;
         let (producer, generation) = self.producer();
         let mut results: Vec<Option<Result<(), SendError>>> = (0..batch.len()).map(|_| None).collect();
@@ -167,6 +168,10 @@ impl Sender for KafkaSender {
     }
 
     async fn flush(&self, timeout: Duration) -> Result<()> {
+        // librdkafka takes the flush timeout as an `i32` of milliseconds, and rdkafka adds it to
+        // the clock unchecked: a longer timeout (`Duration::MAX` for "as long as it takes")
+        // saturates at about 24.8 days instead of overflowing.
+        let timeout = timeout.min(MAX_EMERGENCY_TIMEOUT);
         let (producer, _) = self.producer();
         let flushing = tokio::task::spawn_blocking(move || {
             let outcome = producer.flush(timeout);
@@ -237,6 +242,51 @@ async fn deliver(
 mod tests {
     use super::*;
     use rdkafka::message::Headers;
+
+    fn runtime() -> tokio::runtime::Runtime {
+        match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(runtime) => runtime,
+            Err(error) => panic!("test runtime: {error}"),
+        }
+    }
+
+    #[test]
+    fn a_flush_with_an_endless_timeout_does_not_panic() -> Result<()> {
+        // Nothing is queued, so the flush returns at once; the timeout only has to be accepted.
+        let runtime = runtime();
+        let _entered = runtime.enter();
+        let sender = KafkaSender::new(KafkaSenderConfig::new("127.0.0.1:1"))?;
+        runtime.block_on(sender.flush(Duration::MAX))
+    }
+
+    #[test]
+    fn a_refused_credential_never_reaches_the_error_text() {
+        // `sasl.jaas.config` is a Java client property librdkafka does not know; without the `ssl`
+        // feature librdkafka also refuses `ssl.key.password` and the OAUTHBEARER secret.
+        let cases = [
+            ("sasl.jaas.config", "PlainLoginModule required username=\"u\" password=\"jaas-4711\";"),
+            ("ssl.key.password", "key-pass-4711"),
+            ("sasl.oauthbearer.client.secret", "oauth-secret-4711"),
+            ("sasl.password", "sasl-pass-4711"),
+        ];
+        for (key, value) in cases {
+            let config = KafkaSenderConfig::new("127.0.0.1:1").with_producer_property(key, value);
+            if let Err(error) = KafkaSender::new(config) {
+                let text = format!("{error} | {error:?} | {:?}", std::error::Error::source(&error));
+                assert!(!text.contains("4711"), "{key}: {text}");
+                assert!(text.contains(key), "{key}: the error names the property: {text}");
+            }
+        }
+        let config =
+            KafkaSenderConfig::new("127.0.0.1:1").with_producer_property("sasl.jaas.config", "x-4711");
+        assert!(KafkaSender::new(config).is_err(), "librdkafka has no sasl.jaas.config");
+        #[cfg(not(feature = "ssl"))]
+        {
+            let config =
+                KafkaSenderConfig::new("127.0.0.1:1").with_producer_property("ssl.key.password", "k-4711");
+            assert!(KafkaSender::new(config).is_err(), "without OpenSSL ssl.key.password is refused");
+        }
+    }
 
     #[test]
     fn sender_is_send_sync() {
