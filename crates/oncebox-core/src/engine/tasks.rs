@@ -1,5 +1,7 @@
 //! The bodies of the engine's tasks: one poller per event type and the background jobs.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -58,7 +60,10 @@ const MAX_CLAIMS_PER_RUN: usize = 32;
 
 /// A batch claimed ahead stays IN_PROCESS while the batch before it is sent (at most one
 /// emergency timeout) and then through its own send (another), so stuck recovery must wait longer
-/// than both, or it would hand a batch still waiting for its send to a second worker.
+/// than both, or it would hand a batch still waiting for its send to a second worker. The bound
+/// holds because nothing else delays a batch claimed ahead: its claim starts together with the
+/// send before it (so the database stamps its rows no earlier), and it never waits for a settle,
+/// whose length has no bound (see [`EventPoller::run_once`]).
 pub(crate) fn claim_ahead_is_safe(emergency_timeout: Duration, max_batch_processing_time: Duration) -> bool {
     emergency_timeout.checked_mul(2).is_some_and(|both| max_batch_processing_time > both)
 }
@@ -165,6 +170,9 @@ impl EventPoller {
     }
 }
 
+/// Settles still running, in the order their batches were sent.
+type Settling<'a> = Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>>;
+
 /// A batch whose send finished, waiting for its settle.
 struct SentBatch {
     batch: ClaimedBatch,
@@ -195,6 +203,20 @@ impl EventPoller {
         Ok(())
     }
 
+    /// Settles `sent` after `overdue` (a settle that outlasted the batch it ran beside), so at
+    /// most one settle of this type runs at a time. Every batch is settled even when an earlier
+    /// settle failed; the first error is returned.
+    fn settle_after<'a>(&'a self, overdue: Option<Settling<'a>>, sent: Option<SentBatch>) -> Settling<'a> {
+        Box::pin(async move {
+            let earlier = match overdue {
+                Some(overdue) => overdue.await,
+                None => Ok(()),
+            };
+            let this = self.settle_sent(sent).await;
+            earlier.and(this)
+        })
+    }
+
     /// Whether the batch after `batch` may be claimed while `batch` is being sent.
     fn may_claim_ahead(&self, batch: &ClaimedBatch, claims: usize) -> bool {
         self.claim_ahead
@@ -215,6 +237,12 @@ impl TaskBody for EventPoller {
     /// batch n+1 is claimed and batch n-1 is settled. Sends never overlap, so the broker sees
     /// events in claim order, as with a sequential drain. Every claimed batch is sent and settled
     /// before the run returns, even after an error, so nothing waits for stuck recovery.
+    ///
+    /// A batch claimed ahead waits only for the send before it, never for a settle: a settle is
+    /// retried and each attempt lasts as long as the database takes, so waiting for it could keep
+    /// the claimed batch unsent past `max-batch-processing-time`, and stuck recovery would hand it
+    /// to a second worker. A settle that outlasts the send and the claim beside it keeps running
+    /// beside the next send, and no further batch is claimed ahead until it has finished.
     async fn run_once(&self) -> Result<RunOutcome> {
         let first = self.claim().await?;
         if first.is_empty() {
@@ -223,20 +251,30 @@ impl TaskBody for EventPoller {
         let mut claims = 1;
         let mut current = Some(first);
         let mut sent = None;
+        let mut overdue: Option<Settling<'_>> = None;
         let mut first_error = None;
         let mut more_waiting = false;
         while let Some(batch) = current.take() {
-            let claim_ahead = first_error.is_none() && self.may_claim_ahead(&batch, claims);
+            // While a settle is overdue the database is slow: claiming more would only add
+            // batches waiting for it.
+            let claim_ahead =
+                first_error.is_none() && overdue.is_none() && self.may_claim_ahead(&batch, claims);
             let messages: Vec<OutboundMessage> =
                 batch.events.iter().map(|event| event.to_message(&self.config.topic)).collect();
-            let (results, next, settled) = tokio::join!(
-                self.send_bounded(&messages),
-                async { if claim_ahead { Some(self.claim().await) } else { None } },
-                self.settle_sent(sent.take()),
-            );
-            if let Err(error) = settled {
-                first_error.get_or_insert(error);
-            }
+            let mut settling = self.settle_after(overdue.take(), sent.take());
+            let send_and_claim = async {
+                tokio::join!(self.send_bounded(&messages), async {
+                    if claim_ahead { Some(self.claim().await) } else { None }
+                })
+            };
+            tokio::pin!(send_and_claim);
+            let mut settled = None;
+            let (results, next) = loop {
+                tokio::select! {
+                    done = &mut send_and_claim => break done,
+                    result = &mut settling, if settled.is_none() => settled = Some(result),
+                }
+            };
             match next {
                 Some(Ok(next)) if !next.is_empty() => {
                     claims += 1;
@@ -247,6 +285,18 @@ impl TaskBody for EventPoller {
                 }
                 _ => {}
             }
+            let settled = match settled {
+                Some(result) => Some(result),
+                // The batch claimed ahead goes out now; the settle finishes beside its send.
+                None if current.is_some() => {
+                    overdue = Some(settling);
+                    None
+                }
+                None => Some(settling.await),
+            };
+            if let Some(Err(error)) = settled {
+                first_error.get_or_insert(error);
+            }
             let (settlements, counts) = self.settlements(&batch, results);
             // Drain only while the broker takes events: a full batch of failures must not re-poll
             // at once against a broker that is down.
@@ -255,7 +305,7 @@ impl TaskBody for EventPoller {
             more_waiting = delivered && batch.len() == self.config.batch_size as usize;
             sent = Some(SentBatch { batch, settlements, counts });
         }
-        let settled = self.settle_sent(sent).await;
+        let settled = self.settle_after(overdue.take(), sent).await;
         if let Some(error) = first_error {
             return Err(error);
         }

@@ -1,5 +1,6 @@
 //! Engine behaviour on tokio's paused clock, with scripted DAOs and senders.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::AtomicUsize;
 
@@ -17,8 +18,12 @@ use crate::sender::SendError;
 struct ScriptedOutbox {
     pending: Mutex<u64>,
     claims: Mutex<Vec<TokioInstant>>,
+    /// When each non-empty batch was claimed, by the id of its first event.
+    batch_claims: Mutex<HashMap<Uuid, TokioInstant>>,
     refuse_settles: bool,
     panic_on_claim: bool,
+    /// How long every settle takes (a slow database, or a pool waiting for a connection).
+    settle_delay: Duration,
 }
 
 impl ScriptedOutbox {
@@ -28,6 +33,10 @@ impl ScriptedOutbox {
 
     fn claim_times(&self) -> Vec<TokioInstant> {
         self.claims.lock().map(|c| c.clone()).unwrap_or_default()
+    }
+
+    fn claimed_at(&self, first_id: Uuid) -> Option<TokioInstant> {
+        self.batch_claims.lock().ok().and_then(|claims| claims.get(&first_id).copied())
     }
 }
 
@@ -64,14 +73,19 @@ impl OutboxDao for ScriptedOutbox {
             *pending -= take;
             take
         };
-        Ok(ClaimedBatch {
+        let batch = ClaimedBatch {
             event_type: event_type.to_owned(),
             claim_token: Uuid::now_v7(),
             events: (0..take).map(|_| event(event_type)).collect(),
-        })
+        };
+        if let (Some(first), Ok(mut claims)) = (batch.events.first(), self.batch_claims.lock()) {
+            claims.insert(first.id, TokioInstant::now());
+        }
+        Ok(batch)
     }
 
     async fn settle(&self, _batch: &ClaimedBatch, settlements: &[Settlement]) -> Result<SettleReport> {
+        tokio::time::sleep(self.settle_delay).await;
         let n = settlements.len() as u64;
         Ok(if self.refuse_settles {
             SettleReport { settled: 0, refused: n }
@@ -204,6 +218,61 @@ async fn claiming_ahead_is_off_when_stuck_recovery_could_take_a_waiting_batch() 
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(offsets_from(started, &outbox.claim_times()[..4]), [0, 100, 200, 300]);
     assert_eq!(engine.stats().delivered, 600);
+    engine.shutdown(Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Acknowledges every batch after `delay` and records when each batch's send started, by the id
+/// of its first event.
+#[derive(Default)]
+struct RecordingSender {
+    delay: Duration,
+    sends: Mutex<Vec<(Uuid, TokioInstant)>>,
+}
+
+#[async_trait]
+impl Sender for RecordingSender {
+    async fn send(&self, batch: &[crate::event::OutboundMessage]) -> Vec<Result<(), SendError>> {
+        if let (Some(first), Ok(mut sends)) = (batch.first(), self.sends.lock()) {
+            sends.push((first.id, TokioInstant::now()));
+        }
+        tokio::time::sleep(self.delay).await;
+        batch.iter().map(|_| Ok(())).collect()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_settle_never_holds_a_batch_claimed_ahead_past_its_processing_time() {
+    let emergency_timeout = Duration::from_secs(10);
+    let max_processing = Duration::from_secs(25);
+    let outbox =
+        Arc::new(ScriptedOutbox { settle_delay: emergency_timeout * 3, ..ScriptedOutbox::with_pending(100) });
+    let sender =
+        Arc::new(RecordingSender { delay: Duration::from_millis(100), ..RecordingSender::default() });
+    let recovery =
+        crate::config::Polling::Fixed { initial_delay: Duration::ZERO, delay: Duration::from_secs(60) };
+    let config = outbox_only(
+        Config::builder()
+            .emergency_timeout(emergency_timeout)
+            .stuck_recovery(max_processing, recovery)
+            .event("e", EventSettings::new("t").batch_size(10)),
+    );
+    assert!(tasks::claim_ahead_is_safe(emergency_timeout, max_processing), "the case needs claiming ahead");
+    let engine = start(config, outbox.clone(), sender.clone());
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    let sends = sender.sends.lock().map(|s| s.clone()).unwrap_or_default();
+    assert_eq!(sends.len(), 10, "every batch is sent once");
+    for (first_id, sent_at) in sends {
+        let claimed_at =
+            outbox.claimed_at(first_id).unwrap_or_else(|| panic!("batch {first_id} not claimed"));
+        // A send may take the whole emergency timeout, and stuck recovery may take the rows once
+        // max-batch-processing-time has passed since the claim.
+        let waited = sent_at.duration_since(claimed_at);
+        assert!(
+            waited + emergency_timeout < max_processing,
+            "a batch waited {waited:?} between its claim and its send"
+        );
+    }
+    assert_eq!(engine.stats().delivered, 100);
     engine.shutdown(Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
 }
 
