@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use oncebox_core::event::{OutboxCounts, last_error_text};
 use oncebox_core::{ClaimedBatch, EventStatus, OutboxDao, OutboxEvent, Result, SettleReport, Settlement};
 use oncebox_sqlx::{DecodeRow, status_counts};
-use sqlx::{MySqlPool, Row};
+use sqlx::{MySqlConnection, MySqlPool, Row};
 use tracing::warn;
 use uuid::Uuid;
 
@@ -24,8 +24,9 @@ const OUTCOMES_PER_STATEMENT: usize = 1000;
 /// [`OutboxDao`] for MySQL and MariaDB. There is no `UPDATE … RETURNING` and no
 /// `UPDATE … WHERE id IN (SELECT … LIMIT n)`, so a claim is one short transaction of two
 /// statements: `SELECT … FOR UPDATE SKIP LOCKED` on the claim index, then `UPDATE … WHERE id IN`.
-/// Locks last only for that transaction, never while the broker is called. A settle is fenced by
-/// the claim token.
+/// Locks last only for that transaction, never while the broker is called. A settle is one
+/// transaction too, fenced by the claim token, so a retried settle never sees half of an earlier
+/// attempt.
 #[derive(Clone)]
 pub struct MySqlOutboxDao {
     pool: MySqlPool,
@@ -47,19 +48,33 @@ impl MySqlOutboxDao {
         &self.statements.tables.events
     }
 
-    /// Settles the delivered events of a batch with one `UPDATE … WHERE id IN` per chunk.
-    async fn settle_processed(&self, token: Uuid, ids: &[Uuid], context: &str) -> Result<u64> {
+    /// Settles the delivered events of a batch with one `UPDATE … WHERE id IN` per chunk, inside
+    /// the settle's transaction.
+    async fn settle_processed(
+        &self,
+        tx: &mut MySqlConnection,
+        token: Uuid,
+        ids: &[Uuid],
+        context: &str,
+    ) -> Result<u64> {
         let mut settled = 0;
         for chunk in ids.chunks(MAX_IDS_PER_STATEMENT) {
             let statement = self.statements.settle_processed.with_ids(id_slots(chunk.len()));
             let query = bind_ids(sqlx::query(statement).bind(token), chunk);
-            settled += query.execute(&self.pool).await.context(context)?.rows_affected();
+            settled += query.execute(&mut *tx).await.context(context)?.rows_affected();
         }
         Ok(settled)
     }
 
-    /// Settles retries and failures with one joined `UPDATE` per chunk.
-    async fn settle_outcomes(&self, token: Uuid, outcomes: &[&Settlement], context: &str) -> Result<u64> {
+    /// Settles retries and failures with one joined `UPDATE` per chunk, inside the settle's
+    /// transaction.
+    async fn settle_outcomes(
+        &self,
+        tx: &mut MySqlConnection,
+        token: Uuid,
+        outcomes: &[&Settlement],
+        context: &str,
+    ) -> Result<u64> {
         let mut settled = 0;
         for chunk in outcomes.chunks(OUTCOMES_PER_STATEMENT) {
             let mut query = sqlx::query(self.statements.settle_outcomes.with_outcomes(chunk.len()));
@@ -73,7 +88,7 @@ impl MySqlOutboxDao {
                 };
                 query = query.bind(settlement.id()).bind(status.as_str()).bind(delay).bind(error.to_owned());
             }
-            settled += query.bind(token).execute(&self.pool).await.context(context)?.rows_affected();
+            settled += query.bind(token).execute(&mut *tx).await.context(context)?.rows_affected();
         }
         Ok(settled)
     }
@@ -146,12 +161,20 @@ impl OutboxDao for MySqlOutboxDao {
                 _ => others.push(settlement),
             }
         }
-        // Each statement is atomic and fenced on its own: a row either takes its outcome or, when
-        // another worker holds it now, is refused, so the two statements need no transaction.
-        let mut settled = self.settle_processed(batch.claim_token, &processed, &context).await?;
-        if !others.is_empty() {
-            settled += self.settle_outcomes(batch.claim_token, &others, &context).await?;
+        // One transaction: when a later statement fails, the engine retries the whole settle, and
+        // it must find every row still under its token. Rows an earlier, committed statement had
+        // already settled would match nothing and be counted as refused, as if another worker had
+        // claimed them. The rows are the batch's own: claims skip them (SKIP LOCKED) and no other
+        // batch's settle touches them, so only stuck recovery can meet these short-held locks.
+        let mut tx = self.pool.begin().await.context(&context)?;
+        let mut settled = 0;
+        if !processed.is_empty() {
+            settled += self.settle_processed(&mut tx, batch.claim_token, &processed, &context).await?;
         }
+        if !others.is_empty() {
+            settled += self.settle_outcomes(&mut tx, batch.claim_token, &others, &context).await?;
+        }
+        tx.commit().await.context(&context)?;
         let total = settlements.len() as u64;
         Ok(SettleReport { settled, refused: total.saturating_sub(settled) })
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use oncebox_core::config::{Config, EventSettings};
 use oncebox_core::engine::{Engine, EngineHandle, EngineParts};
-use oncebox_core::{Dialect, EventStatus, InboxWriter, NewOutboxEvent, OutboxWriter, Sender};
+use oncebox_core::{Dialect, EventStatus, InboxWriter, NewOutboxEvent, OutboxWriter, Sender, Settlement};
 use oncebox_mysql::{MySqlDialect, connect_options};
 use oncebox_testkit::dao_suite::{assert_written_alike, ids_of, make_awkward, new_events};
 use oncebox_testkit::engine_suite::fast_polling;
@@ -28,6 +28,10 @@ pub fn cases() -> Vec<Case<MySqlHarness>> {
             claim_gap_locks_only_at_repeatable_read
         ),
         case!("the_claim_scans_the_claim_index", claim_uses_the_claim_index),
+        case!(
+            "a_settle_whose_second_statement_failed_is_retried_without_refusals",
+            failed_settle_is_retried_without_refusals
+        ),
         case!("a_batch_of_1000_is_inserted_in_two_statements", batch_of_1000_in_two_statements),
         case!("an_oversized_value_fails_the_publish_instead_of_truncating", oversized_value_fails),
         case!("mysql_async_commit_delivers_and_rollback_never", mysql_async_commit_and_rollback),
@@ -162,6 +166,58 @@ async fn claim_uses_the_claim_index(harness: Arc<MySqlHarness>) -> TestResult {
         let extra: Option<String> = plan.try_get("Extra").map_err(fail)?;
         assert_eq!(key.as_deref(), Some(format!("{prefix}outbox_events_claim").as_str()));
         assert!(!extra.unwrap_or_default().contains("filesort"), "the index gives the claim order, no sort");
+        Ok(())
+    })
+    .await
+}
+
+// ---- the settle -------------------------------------------------------------------------------
+
+/// A settle of delivered and failed events is two statements. When the second fails (here a
+/// trigger on this test's table refuses retries, as a lock wait timeout or a lost connection
+/// would), the engine retries the whole settle: it must find every row still IN_PROCESS under
+/// its token, not the delivered half already PROCESSED and counted as refused.
+async fn failed_settle_is_retried_without_refusals(harness: Arc<MySqlHarness>) -> TestResult {
+    with_fresh(harness, |harness, dialect| async move {
+        let events = new_events(ORDERS, 4);
+        harness.publish(&dialect, &events, true).await.map_err(fail)?;
+        let outbox = dialect.outbox_dao();
+        let batch = outbox.claim(ORDERS, 4).await.map_err(fail)?;
+        assert_eq!(batch.len(), 4);
+        let settlements: Vec<Settlement> = batch
+            .events
+            .iter()
+            .enumerate()
+            .map(|(index, event)| match index {
+                0 | 1 => Settlement::Processed { id: event.id },
+                _ => Settlement::Retry { id: event.id, delay: Duration::from_secs(10), error: "nack".into() },
+            })
+            .collect();
+        let table = &dialect.tables().events;
+        let trigger = format!("{}refuse_retries", dialect.tables().prefix());
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "CREATE TRIGGER {trigger} BEFORE UPDATE ON {table} FOR EACH ROW \
+             IF NEW.status = 'PENDING' AND OLD.status = 'IN_PROCESS' THEN \
+             SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'retries refused for this test'; END IF"
+        )))
+        .execute(dialect.pool())
+        .await
+        .map_err(fail)?;
+        let failed = outbox.settle(&batch, &settlements).await;
+        assert!(failed.is_err(), "the trigger fails the statement that settles the retries");
+        sqlx::raw_sql(AssertSqlSafe(format!("DROP TRIGGER {trigger}")))
+            .execute(dialect.pool())
+            .await
+            .map_err(fail)?;
+
+        let report = outbox.settle(&batch, &settlements).await.map_err(fail)?;
+        assert_eq!((report.settled, report.refused), (4, 0), "the retried settle found its rows");
+        for (index, event) in batch.events.iter().enumerate() {
+            let row = outbox.get(event.id).await.map_err(fail)?.ok_or_else(|| fail("row vanished"))?;
+            let expected = if index < 2 { EventStatus::Processed } else { EventStatus::Pending };
+            assert_eq!(row.status, expected, "event {index}");
+            assert_eq!(row.attempts, 1, "event {index} counted one send, not one per settle attempt");
+        }
         Ok(())
     })
     .await
