@@ -12,6 +12,12 @@ pub const DEFAULT_EMERGENCY_TIMEOUT: Duration = Duration::from_secs(120);
 pub const DEFAULT_RECONNECT_MIN: Duration = Duration::from_millis(100);
 /// Default longest wait between reconnection attempts.
 pub const DEFAULT_RECONNECT_MAX: Duration = Duration::from_secs(10);
+/// Longest emergency timeout accepted: 100 years, the engine's own limit on any duration setting.
+/// Longer values are typos, and a deadline computed from one would overflow the clock.
+pub const MAX_EMERGENCY_TIMEOUT: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+/// Longest reconnection backoff accepted (one hour), for the sender and the listener: waiting longer
+/// after a broker comes back only prolongs an outage, and a far deadline could overflow the clock.
+pub const MAX_RECONNECT_BACKOFF: Duration = Duration::from_secs(60 * 60);
 
 /// How a [`RabbitSender`](crate::RabbitSender) reaches the broker and how long it may take.
 ///
@@ -73,13 +79,13 @@ impl RabbitSenderConfig {
         if self.emergency_timeout.is_zero() {
             return Err(Error::config("rabbit.emergency-timeout", "must be greater than zero"));
         }
-        if self.reconnect_min > self.reconnect_max {
+        if self.emergency_timeout > MAX_EMERGENCY_TIMEOUT {
             return Err(Error::config(
-                "rabbit.reconnect-backoff",
-                format!("min {:?} is greater than max {:?}", self.reconnect_min, self.reconnect_max),
+                "rabbit.emergency-timeout",
+                format!("{:?} is longer than the limit {MAX_EMERGENCY_TIMEOUT:?}", self.emergency_timeout),
             ));
         }
-        Ok(())
+        check_reconnect_backoff("rabbit.reconnect-backoff", self.reconnect_min, self.reconnect_max)
     }
 
     /// The broker URL, password included.
@@ -114,6 +120,21 @@ impl fmt::Debug for RabbitSenderConfig {
     }
 }
 
+/// Checks a reconnection backoff: above zero (zero would reconnect in a tight loop), `min` not above
+/// `max`, and `max` within [`MAX_RECONNECT_BACKOFF`].
+pub(crate) fn check_reconnect_backoff(key: &str, min: Duration, max: Duration) -> Result<()> {
+    if min.is_zero() || min > max {
+        return Err(Error::config(key, format!("min {min:?} must be above zero and not above max {max:?}")));
+    }
+    if max > MAX_RECONNECT_BACKOFF {
+        return Err(Error::config(
+            key,
+            format!("max {max:?} is longer than the limit {MAX_RECONNECT_BACKOFF:?}"),
+        ));
+    }
+    Ok(())
+}
+
 /// Parses `url` as lapin will, so a malformed URL fails at construction with `key` named. The
 /// parser's message never contains the URL once the scheme has been checked.
 pub(crate) fn check_url(key: &str, url: &str) -> Result<()> {
@@ -123,20 +144,17 @@ pub(crate) fn check_url(key: &str, url: &str) -> Result<()> {
 }
 
 /// The URL with the password of its user info replaced by `***`, for logs and `Debug`.
+///
+/// The user info is everything before the **last** `@` after the scheme: a password may contain
+/// unencoded `/`, `?`, `#` or `@`, so the authority cannot be cut at the first `/` before the `@`
+/// is found. A path or query holding an `@` makes this hide more than the password, never less.
 pub fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://").map(|index| index + 3) else {
+    let user_info_start = url.find("://").map_or(0, |index| index + 3);
+    let Some(at) = url[user_info_start..].rfind('@').map(|index| user_info_start + index) else {
         return url.to_owned();
     };
-    let authority_end = url[scheme_end..].find('/').map_or(url.len(), |index| scheme_end + index);
-    let authority = &url[scheme_end..authority_end];
-    let Some(at) = authority.rfind('@') else {
-        return url.to_owned();
-    };
-    let user_info = &authority[..at];
-    match user_info.find(':') {
-        Some(colon) => {
-            format!("{}{}:***{}", &url[..scheme_end], &user_info[..colon], &url[scheme_end + at..])
-        }
+    match url[user_info_start..at].find(':') {
+        Some(colon) => format!("{}:***{}", &url[..user_info_start + colon], &url[at..]),
         None => url.to_owned(),
     }
 }
@@ -144,6 +162,8 @@ pub fn redact_url(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::RabbitSender;
+    use oncebox_core::Sender;
 
     #[test]
     fn debug_hides_the_password() {
@@ -170,6 +190,117 @@ mod tests {
             .err()
             .map(|e| e.to_string());
         assert!(bad.is_some_and(|text| text.contains("rabbit.reconnect-backoff")));
+    }
+
+    /// Passwords that must never show, in the URL shapes people write.
+    const SECRET_URLS: &[(&str, &str, &str)] = &[
+        ("amqp://user:pa/ss@host:5672/%2f", "pa/ss", "amqp://user:***@host:5672/%2f"),
+        ("amqp://user:p%40ss@host:5672/%2f", "p%40ss", "amqp://user:***@host:5672/%2f"),
+        ("amqp://user:pa@ss@host:5672/%2f", "pa@ss", "amqp://user:***@host:5672/%2f"),
+        ("amqp://user:a/b@c@host:5672/vhost", "a/b@c", "amqp://user:***@host:5672/vhost"),
+        ("amqp://user:s3cr/et@host", "s3cr/et", "amqp://user:***@host"),
+        (
+            "amqps://user:s3cret@broker.example.com:5671/prod",
+            "s3cret",
+            "amqps://user:***@broker.example.com:5671/prod",
+        ),
+        ("amqps://user:s3cret@broker.example.com", "s3cret", "amqps://user:***@broker.example.com"),
+        (
+            "amqp://user:s3cret@host:5672/%2f?heartbeat=10",
+            "s3cret",
+            "amqp://user:***@host:5672/%2f?heartbeat=10",
+        ),
+        ("amqp://:s3cret@host/%2f", "s3cret", "amqp://:***@host/%2f"),
+    ];
+
+    #[test]
+    fn redaction_finds_the_user_info_before_the_last_at_sign() {
+        for (url, secret, shown) in SECRET_URLS {
+            assert_eq!(redact_url(url), *shown, "{url}");
+            let sender = RabbitSenderConfig::new(*url);
+            let listener = crate::RabbitListenerConfig::new(*url, "billing");
+            let texts = [
+                format!("{sender:?}"),
+                format!("{sender:#?}"),
+                format!("{listener:?}"),
+                format!("{:?}", sender.validate()),
+                format!("{:?}", RabbitSender::new(sender.clone()).err()),
+                format!("{:?}", crate::RabbitListener::builder(listener).build().err()),
+            ];
+            for text in texts {
+                assert!(!text.contains(secret), "{url}: {text}");
+            }
+        }
+        for plain in
+            ["amqp://user@host/vh", "amqp://127.0.0.1:5672", "amqp://host/v@host", "amqps://host:5671"]
+        {
+            assert_eq!(redact_url(plain), plain);
+        }
+    }
+
+    #[tokio::test]
+    async fn connection_errors_show_the_url_without_its_password() {
+        let sender = RabbitSender::new(
+            RabbitSenderConfig::new("amqp://user:s3cret@127.0.0.1:1/%2f")
+                .with_emergency_timeout(Duration::from_secs(5)),
+        );
+        let sender = match sender {
+            Ok(sender) => sender,
+            Err(error) => panic!("a valid config was refused: {error}"),
+        };
+        let text = format!("{:?}", sender.connect().await);
+        assert!(text.contains("amqp://user:***@127.0.0.1:1/%2f") && !text.contains("s3cret"), "{text}");
+    }
+
+    fn problem<T: fmt::Debug>(result: Result<T>) -> String {
+        match result {
+            Ok(value) => panic!("accepted: {value:?}"),
+            Err(error) => error.to_string(),
+        }
+    }
+
+    #[test]
+    fn durations_beyond_their_bound_are_refused_naming_the_key() {
+        let base = || RabbitSenderConfig::new("amqp://guest:guest@127.0.0.1:5672/%2f");
+        let text = problem(base().with_emergency_timeout(Duration::MAX).validate());
+        assert!(text.contains("rabbit.emergency-timeout"), "{text}");
+        let text = problem(RabbitSender::new(base().with_emergency_timeout(Duration::MAX)));
+        assert!(text.contains("rabbit.emergency-timeout"), "{text}");
+        let text = problem(base().with_reconnect_backoff(Duration::from_secs(1), Duration::MAX).validate());
+        assert!(text.contains("rabbit.reconnect-backoff"), "{text}");
+        let text = problem(base().with_reconnect_backoff(Duration::MAX, Duration::MAX).validate());
+        assert!(text.contains("rabbit.reconnect-backoff"), "{text}");
+    }
+
+    /// Whatever a builder was given, a send returns results instead of panicking on clock arithmetic.
+    #[tokio::test]
+    async fn a_send_never_panics_on_a_long_emergency_timeout_or_reconnect_backoff() {
+        let message = oncebox_core::OutboundMessage {
+            id: uuid::Uuid::nil(),
+            event_type: "order-created".into(),
+            topic: "orders".into(),
+            key: "k".into(),
+            payload: "{}".into(),
+            payload_type: "Order".into(),
+            headers: oncebox_core::Headers::new(),
+            created_at: chrono::Utc::now(),
+        };
+        let configs = [
+            RabbitSenderConfig::new("amqp://guest:guest@127.0.0.1:1/%2f")
+                .with_emergency_timeout(Duration::MAX),
+            RabbitSenderConfig::new("amqp://guest:guest@127.0.0.1:1/%2f")
+                .with_emergency_timeout(Duration::from_secs(5))
+                .with_reconnect_backoff(Duration::MAX, Duration::MAX),
+        ];
+        for config in configs {
+            // Refused at construction, or it sends (and fails: nothing listens on port 1).
+            if let Ok(sender) = RabbitSender::new(config) {
+                for _ in 0..2 {
+                    let results = sender.send(std::slice::from_ref(&message)).await;
+                    assert!(results.iter().all(Result::is_err), "{results:?}");
+                }
+            }
+        }
     }
 
     #[test]

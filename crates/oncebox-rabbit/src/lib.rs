@@ -30,11 +30,13 @@ mod listener;
 mod sender;
 
 pub use config::{
-    DEFAULT_EMERGENCY_TIMEOUT, DEFAULT_RECONNECT_MAX, DEFAULT_RECONNECT_MIN, RabbitSenderConfig, redact_url,
+    DEFAULT_EMERGENCY_TIMEOUT, DEFAULT_RECONNECT_MAX, DEFAULT_RECONNECT_MIN, MAX_EMERGENCY_TIMEOUT,
+    MAX_RECONNECT_BACKOFF, RabbitSenderConfig, redact_url,
 };
 
 pub use listener::{
-    DEFAULT_MAX_DELIVERIES, DEFAULT_PREFETCH, DEFAULT_SHUTDOWN_GRACE, ListenerOutcome, RabbitEvent,
-    RabbitListener, RabbitListenerBuilder, RabbitListenerConfig, RabbitTopology, decode_delivery,
+    DEFAULT_MAX_ATTEMPTS, DEFAULT_PREFETCH, DEFAULT_RETRY_MAX, DEFAULT_RETRY_MIN, DEFAULT_SHUTDOWN_GRACE,
+    ListenerOutcome, MAX_RETRY_BACKOFF, MAX_SHUTDOWN_GRACE, RabbitEvent, RabbitListener,
+    RabbitListenerBuilder, RabbitListenerConfig, RabbitTopology, decode_delivery,
 };
 pub use sender::RabbitSender;

@@ -3,14 +3,25 @@
 //!
 //! What happens to a delivery:
 //! * handler succeeded, or the inbox says the event was consumed before → `basic.ack`;
-//! * handler failed → `basic.nack` with requeue, until the event has been delivered
-//!   [`max_deliveries`](RabbitListenerConfig::with_max_deliveries) times; then `basic.reject` without
-//!   requeue;
+//! * handler failed → the listener keeps the message (unacknowledged) and runs the handler again
+//!   after an exponential backoff ([`with_retry_backoff`](RabbitListenerConfig::with_retry_backoff),
+//!   200 ms doubling up to 30 s by default), so a database blip of a few seconds costs a few retries
+//!   instead of the message. Once [`max_attempts`](RabbitListenerConfig::with_max_attempts) runs
+//!   have failed, the message is rejected to the queue's dead-letter exchange **if the listener knows
+//!   the queue has one**; otherwise it is never given up: it stays unacknowledged and is retried at
+//!   the backoff (capped at its maximum) for as long as the handler fails, each failure logged at
+//!   ERROR with the event id;
 //! * poison (missing or malformed `oncebox_event_id`, no handler for the event type, a payload the
-//!   handler's type cannot decode) → `basic.reject` without requeue at once.
+//!   handler's type cannot decode) → `basic.reject` without requeue at once when the queue has a
+//!   dead-letter exchange; otherwise the message is **held**: left unacknowledged, logged at ERROR,
+//!   reported as [`ListenerOutcome::Held`], and the listener moves on to the next message. RabbitMQ
+//!   delivers a held message again after the listener reconnects or stops.
 //!
-//! A rejected message goes to the queue's dead-letter exchange when one is configured (and is
-//! dropped by RabbitMQ otherwise): it is never acknowledged as done.
+//! The listener knows about a dead-letter exchange when its [topology](RabbitTopology::with_dead_letter)
+//! declares one, or when told with
+//! [`with_queue_dead_letter_exchange`](RabbitListenerConfig::with_queue_dead_letter_exchange) that a
+//! queue declared elsewhere has one. A message is never rejected without one, because RabbitMQ would
+//! discard it; nothing is ever acknowledged as done unless its handler succeeded.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -22,8 +33,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use lapin::message::Delivery;
 use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, BasicRejectOptions,
-    ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+    BasicAckOptions, BasicConsumeOptions, BasicQosOptions, BasicRejectOptions, ExchangeDeclareOptions,
+    QueueBindOptions, QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{Connection, ConnectionProperties, ExchangeKind};
@@ -36,8 +47,20 @@ use uuid::Uuid;
 use crate::config::redact_url;
 use crate::error::broker;
 
-/// Default number of deliveries before a failing event is rejected to the dead-letter exchange.
-pub const DEFAULT_MAX_DELIVERIES: u32 = 5;
+/// Default number of handler runs of a failing event (the first included, across in-process
+/// retries and broker redeliveries) before it is rejected to the dead-letter exchange. Without a
+/// dead-letter exchange the event is retried beyond it, never discarded.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
+/// Default wait before the second run of a failing handler; it doubles per failed run.
+pub const DEFAULT_RETRY_MIN: Duration = Duration::from_millis(200);
+/// Default longest wait between runs of a failing handler.
+pub const DEFAULT_RETRY_MAX: Duration = Duration::from_secs(30);
+/// Longest retry backoff accepted (15 minutes). The message waits unacknowledged meanwhile, and
+/// RabbitMQ closes a channel holding a message longer than its `consumer_timeout` (30 minutes by
+/// default), so a longer wait could never end in a retry.
+pub const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(15 * 60);
+/// Longest shutdown grace accepted (one day); a deadline beyond it could overflow the clock.
+pub const MAX_SHUTDOWN_GRACE: Duration = Duration::from_secs(24 * 60 * 60);
 /// Longest wait for the broker to confirm closing a channel and connection.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default wait for the delivery in hand at shutdown.
@@ -94,8 +117,11 @@ pub struct RabbitListenerConfig {
     url: String,
     queue: String,
     prefetch: u16,
-    max_deliveries: u32,
+    max_attempts: u32,
+    retry_min: Duration,
+    retry_max: Duration,
     declare: Option<RabbitTopology>,
+    queue_dead_letter_exchange: bool,
     reconnect_min: Duration,
     reconnect_max: Duration,
     shutdown_grace: Duration,
@@ -108,8 +134,11 @@ impl fmt::Debug for RabbitListenerConfig {
             .field("url", &redact_url(&self.url))
             .field("queue", &self.queue)
             .field("prefetch", &self.prefetch)
-            .field("max_deliveries", &self.max_deliveries)
+            .field("max_attempts", &self.max_attempts)
+            .field("retry_min", &self.retry_min)
+            .field("retry_max", &self.retry_max)
             .field("declare", &self.declare)
+            .field("queue_dead_letter_exchange", &self.queue_dead_letter_exchange)
             .field("reconnect_min", &self.reconnect_min)
             .field("reconnect_max", &self.reconnect_max)
             .field("shutdown_grace", &self.shutdown_grace)
@@ -118,15 +147,20 @@ impl fmt::Debug for RabbitListenerConfig {
 }
 
 impl RabbitListenerConfig {
-    /// Consume `queue` on the broker at `url`, with prefetch 32, at most 5 deliveries per event, no
-    /// topology declaration, reconnect backoff from 100 ms doubling up to 10 s, 30 s shutdown grace.
+    /// Consume `queue` on the broker at `url`, with prefetch 32, a failing handler retried after
+    /// 200 ms doubling up to 30 s and given up after 5 runs only when there is a dead-letter
+    /// exchange, no topology declaration (and so no known dead-letter exchange), reconnect backoff
+    /// from 100 ms doubling up to 10 s, 30 s shutdown grace.
     pub fn new(url: impl Into<String>, queue: impl Into<String>) -> Self {
         Self {
             url: url.into(),
             queue: queue.into(),
             prefetch: DEFAULT_PREFETCH,
-            max_deliveries: DEFAULT_MAX_DELIVERIES,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            retry_min: DEFAULT_RETRY_MIN,
+            retry_max: DEFAULT_RETRY_MAX,
             declare: None,
+            queue_dead_letter_exchange: false,
             reconnect_min: crate::config::DEFAULT_RECONNECT_MIN,
             reconnect_max: crate::config::DEFAULT_RECONNECT_MAX,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
@@ -141,10 +175,34 @@ impl RabbitListenerConfig {
         self
     }
 
-    /// Deliveries of a failing event (the first included) before it is rejected without requeue.
+    /// Runs of a failing handler (the first included, in-process retries and broker redeliveries
+    /// together) before the message is rejected to the queue's dead-letter exchange. Without a
+    /// dead-letter exchange the message is not given up: it stays unacknowledged and is retried at
+    /// the backoff, each further failure logged at ERROR.
     #[must_use]
-    pub fn with_max_deliveries(mut self, max_deliveries: u32) -> Self {
-        self.max_deliveries = max_deliveries;
+    pub fn with_max_attempts(mut self, max_attempts: u32) -> Self {
+        self.max_attempts = max_attempts;
+        self
+    }
+
+    /// Waits between runs of a failing handler: `min`, doubling per failed run, up to `max`
+    /// (at most [`MAX_RETRY_BACKOFF`]). The message is held unacknowledged meanwhile; handlers run
+    /// one at a time, so the messages behind it wait too, in order.
+    #[must_use]
+    pub fn with_retry_backoff(mut self, min: Duration, max: Duration) -> Self {
+        self.retry_min = min;
+        self.retry_max = max;
+        self
+    }
+
+    /// The queue, declared elsewhere, has a dead-letter exchange (an `x-dead-letter-exchange`
+    /// argument or a policy), so rejecting a message sends it there. Only then, or with a
+    /// [declared topology](Self::with_declare) that names a dead-letter exchange, does the listener
+    /// reject poison messages and messages whose attempts are used up; RabbitMQ would discard them
+    /// otherwise.
+    #[must_use]
+    pub fn with_queue_dead_letter_exchange(mut self) -> Self {
+        self.queue_dead_letter_exchange = true;
         self
     }
 
@@ -186,18 +244,50 @@ impl RabbitListenerConfig {
         if self.queue.is_empty() || ShortString::try_new(self.queue.as_str()).is_err() {
             return Err(Error::config("rabbit.listener.queue", "must be 1 to 255 bytes"));
         }
-        if self.max_deliveries == 0 {
-            return Err(Error::config("rabbit.listener.max-deliveries", "must be at least 1"));
+        if self.max_attempts == 0 {
+            return Err(Error::config("rabbit.listener.max-attempts", "must be at least 1"));
         }
-        if self.reconnect_min > self.reconnect_max {
-            return Err(Error::config("rabbit.listener.reconnect-backoff", "min is greater than max"));
+        if self.retry_min.is_zero() || self.retry_min > self.retry_max {
+            return Err(Error::config(
+                "rabbit.listener.retry-backoff",
+                format!("min {:?} must be above zero and not above max {:?}", self.retry_min, self.retry_max),
+            ));
+        }
+        if self.retry_max > MAX_RETRY_BACKOFF {
+            return Err(Error::config(
+                "rabbit.listener.retry-backoff",
+                format!("max {:?} is longer than the limit {MAX_RETRY_BACKOFF:?}", self.retry_max),
+            ));
+        }
+        crate::config::check_reconnect_backoff(
+            "rabbit.listener.reconnect-backoff",
+            self.reconnect_min,
+            self.reconnect_max,
+        )?;
+        if self.shutdown_grace > MAX_SHUTDOWN_GRACE {
+            return Err(Error::config(
+                "rabbit.listener.shutdown-grace",
+                format!("{:?} is longer than the limit {MAX_SHUTDOWN_GRACE:?}", self.shutdown_grace),
+            ));
         }
         Ok(())
+    }
+
+    /// Whether rejecting a message sends it to a dead-letter exchange rather than discarding it.
+    fn dead_letters(&self) -> bool {
+        self.queue_dead_letter_exchange
+            || self.declare.as_ref().is_some_and(|topology| topology.dead_letter_exchange.is_some())
     }
 
     fn reconnect_delay(&self, failures: u32) -> Duration {
         let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(20));
         self.reconnect_min.saturating_mul(factor).min(self.reconnect_max)
+    }
+
+    /// The wait before run `attempt + 1` after `attempt` failed runs.
+    fn retry_delay(&self, attempt: u32) -> Duration {
+        let factor = 2u32.saturating_pow(attempt.saturating_sub(1).min(20));
+        self.retry_min.saturating_mul(factor).min(self.retry_max)
     }
 }
 
@@ -220,6 +310,7 @@ pub struct RabbitEvent<T> {
 
 /// What the listener did with one delivery, for logs, metrics and tests.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ListenerOutcome {
     /// The handler ran and succeeded; the message was acknowledged.
     Applied {
@@ -231,22 +322,46 @@ pub enum ListenerOutcome {
         /// Event id.
         id: Uuid,
     },
-    /// The handler failed; the message was requeued for another delivery.
-    Requeued {
+    /// The handler failed; the listener holds the message unacknowledged and runs the handler
+    /// again after `retry_in`. `attempts` beyond the maximum mean the queue has no dead-letter
+    /// exchange, so the message is retried rather than discarded.
+    Retrying {
         /// Event id.
         id: Uuid,
-        /// Deliveries so far.
-        deliveries: u32,
+        /// Failed runs so far (earlier deliveries included).
+        attempts: u32,
+        /// The wait before the next run.
+        retry_in: Duration,
         /// The handler's error.
         error: String,
     },
-    /// Rejected without requeue (to the dead-letter exchange, if any).
+    /// Rejected without requeue to the queue's dead-letter exchange.
     Rejected {
         /// Event id, when it could be decoded.
         id: Option<Uuid>,
         /// Why.
         reason: String,
     },
+    /// A poison message on a queue without a dead-letter exchange: left unacknowledged (never
+    /// discarded) and logged at ERROR; the listener goes on with the next messages. RabbitMQ
+    /// delivers it again after the listener reconnects or stops.
+    Held {
+        /// Event id, when it could be decoded.
+        id: Option<Uuid>,
+        /// Why it cannot be handled.
+        reason: String,
+    },
+}
+
+/// What became of one delivery.
+enum Processed {
+    /// Acknowledged or rejected.
+    Settled,
+    /// Poison without a dead-letter exchange: kept unacknowledged for the life of the channel.
+    Held(Box<Delivery>),
+    /// Shutdown was requested while the message waited for a retry; it is left unacknowledged, so
+    /// closing the channel returns it to the queue.
+    Stopping,
 }
 
 /// Why a connection's session ended.
@@ -360,7 +475,7 @@ impl RabbitListenerBuilder {
             config: self.config,
             handlers: Arc::new(self.handlers),
             outcomes,
-            local_deliveries: Arc::new(Mutex::new(HashMap::new())),
+            local_attempts: Arc::new(Mutex::new(HashMap::new())),
         })
     }
 }
@@ -373,9 +488,9 @@ pub struct RabbitListener {
     config: RabbitListenerConfig,
     handlers: Arc<HashMap<String, Handler>>,
     outcomes: broadcast::Sender<ListenerOutcome>,
-    /// Deliveries seen by this process per event id, for queues that do not count deliveries
+    /// Handler runs seen by this process per event id, for queues that do not count deliveries
     /// (classic queues have no `x-delivery-count`). Entries go when the message is settled.
-    local_deliveries: Arc<Mutex<HashMap<Uuid, u32>>>,
+    local_attempts: Arc<Mutex<HashMap<Uuid, u32>>>,
 }
 
 impl fmt::Debug for RabbitListener {
@@ -579,6 +694,8 @@ impl RabbitListener {
             .map_err(|error| broker(format!("consuming queue '{}'", self.config.queue), error))?;
         *consumed = true;
         tracing::info!(queue = %self.config.queue, "RabbitMQ listener consuming");
+        // Poison messages kept unacknowledged; closing the channel returns them to the queue.
+        let mut held: Vec<Delivery> = Vec::new();
         loop {
             let next = tokio::select! {
                 biased;
@@ -589,8 +706,21 @@ impl RabbitListener {
                 return Ok(false);
             };
             let delivery = delivery.map_err(|error| broker("receiving a delivery", error))?;
-            // Not raced against `stopping`: a delivery in hand is handled and settled first.
-            self.process(delivery).await?;
+            // A handler run is not raced against `stopping` (a delivery in hand is handled and
+            // settled first); only a wait for a retry is.
+            match self.process(channel, delivery, &mut stopping).await? {
+                Processed::Settled => {}
+                Processed::Stopping => return Ok(true),
+                Processed::Held(delivery) => {
+                    held.push(*delivery);
+                    if self.config.prefetch != 0 && held.len() >= usize::from(self.config.prefetch) {
+                        tracing::error!(
+                            queue = %self.config.queue, held = held.len(),
+                            "every prefetch slot holds a poison message: this listener receives nothing more until it reconnects; configure a dead-letter exchange"
+                        );
+                    }
+                }
+            }
         }
     }
 
@@ -670,15 +800,16 @@ impl RabbitListener {
         Ok(())
     }
 
-    /// Deliveries of `id` so far: the broker's count when the queue keeps one, else this process's.
-    fn deliveries(&self, delivery: &Delivery, id: Uuid) -> u32 {
+    /// The number of the handler run this delivery starts: the broker's delivery count when the
+    /// queue keeps one (quorum queues), or this process's own count of earlier runs, plus one.
+    fn first_attempt(&self, delivery: &Delivery, id: Uuid) -> u32 {
         let broker_count = delivery
             .properties
             .headers()
             .as_ref()
             .and_then(|table| table.inner().get("x-delivery-count").and_then(header_number));
         let local = self
-            .local_deliveries
+            .local_attempts
             .lock()
             .map(|mut counts| {
                 // Entries of events settled by another instance are never removed here; forgetting
@@ -686,9 +817,7 @@ impl RabbitListener {
                 if counts.len() >= LOCAL_DELIVERY_ENTRIES && !counts.contains_key(&id) {
                     counts.clear();
                 }
-                let count = counts.entry(id).or_insert(0);
-                *count = count.saturating_add(1);
-                *count
+                counts.get(&id).copied().unwrap_or(0).saturating_add(1)
             })
             .unwrap_or(1);
         match broker_count {
@@ -698,8 +827,15 @@ impl RabbitListener {
         }
     }
 
+    /// Remembers that `attempts` runs of `id` have failed, for a later redelivery to this process.
+    fn failed_attempts(&self, id: Uuid, attempts: u32) {
+        if let Ok(mut counts) = self.local_attempts.lock() {
+            counts.insert(id, attempts);
+        }
+    }
+
     fn settled(&self, id: Uuid) {
-        if let Ok(mut counts) = self.local_deliveries.lock() {
+        if let Ok(mut counts) = self.local_attempts.lock() {
             counts.remove(&id);
         }
     }
@@ -709,56 +845,98 @@ impl RabbitListener {
         let _ = self.outcomes.send(outcome);
     }
 
-    /// Handles one delivery and settles it. Only a failure to talk to the broker is an error.
-    async fn process(&self, delivery: Delivery) -> Result<()> {
+    /// Handles one delivery: runs the handler, retrying it in process with backoff while it fails,
+    /// and settles or holds the message. Only a failure to talk to the broker is an error.
+    async fn process(
+        &self,
+        channel: &lapin::Channel,
+        delivery: Delivery,
+        stopping: &mut watch::Receiver<bool>,
+    ) -> Result<Processed> {
         let event = match decode_delivery(&delivery) {
             Ok(event) => event,
-            Err(error) => return self.reject(&delivery, None, error).await,
+            Err(error) => return self.give_up(delivery, None, error).await,
         };
         let id = event.id;
         let Some(handler) = self.handlers.get(&event.event_type).cloned() else {
             let error =
                 decode_error(format!("no handler for event type '{}' (event {id})", event.event_type));
-            return self.reject(&delivery, Some(id), error).await;
+            return self.give_up(delivery, Some(id), error).await;
         };
-        match handler(event).await {
-            Ok(consumed) => {
-                delivery
-                    .acker
-                    .ack(BasicAckOptions::default())
-                    .await
-                    .map_err(|error| broker(format!("acknowledging event {id}"), error))?;
-                self.settled(id);
-                self.report(if consumed.is_applied() {
-                    ListenerOutcome::Applied { id }
-                } else {
-                    ListenerOutcome::Duplicate { id }
-                });
-                Ok(())
-            }
-            Err(HandlerFailure::Poison(error)) => self.reject(&delivery, Some(id), error).await,
-            Err(HandlerFailure::Failed(error)) => {
-                let deliveries = self.deliveries(&delivery, id);
-                if deliveries >= self.config.max_deliveries {
-                    let error = error.context(format!("gave up after {deliveries} deliveries"));
-                    return self.reject(&delivery, Some(id), error).await;
+        let mut attempt = self.first_attempt(&delivery, id);
+        loop {
+            let error = match handler(event.clone()).await {
+                Ok(consumed) => {
+                    delivery
+                        .acker
+                        .ack(BasicAckOptions::default())
+                        .await
+                        .map_err(|error| broker(format!("acknowledging event {id}"), error))?;
+                    self.settled(id);
+                    self.report(if consumed.is_applied() {
+                        ListenerOutcome::Applied { id }
+                    } else {
+                        ListenerOutcome::Duplicate { id }
+                    });
+                    return Ok(Processed::Settled);
                 }
-                tracing::warn!(%id, deliveries, %error, "handler failed; requeueing the event");
-                delivery
-                    .acker
-                    .nack(BasicNackOptions { requeue: true, ..BasicNackOptions::default() })
-                    .await
-                    .map_err(|broker_error| broker(format!("requeueing event {id}"), broker_error))?;
-                self.report(ListenerOutcome::Requeued { id, deliveries, error: error.to_string() });
-                Ok(())
+                Err(HandlerFailure::Poison(error)) => return self.give_up(delivery, Some(id), error).await,
+                Err(HandlerFailure::Failed(error)) => error,
+            };
+            self.failed_attempts(id, attempt);
+            let exhausted = attempt >= self.config.max_attempts;
+            if exhausted && self.config.dead_letters() {
+                let error = error.context(format!("gave up after {attempt} attempts"));
+                return self.give_up(delivery, Some(id), error).await;
             }
+            let retry_in = self.config.retry_delay(attempt);
+            if exhausted {
+                tracing::error!(
+                    event_id = %id, attempts = attempt, ?retry_in, %error,
+                    "handler keeps failing and the queue has no dead-letter exchange: the message stays unacknowledged and runs again after a pause, never discarded"
+                );
+            } else {
+                tracing::warn!(event_id = %id, attempts = attempt, ?retry_in, %error, "handler failed; the message runs again after a pause");
+            }
+            self.report(ListenerOutcome::Retrying {
+                id,
+                attempts: attempt,
+                retry_in,
+                error: error.to_string(),
+            });
+            tokio::select! {
+                biased;
+                _ = stopping.wait_for(|stop| *stop) => return Ok(Processed::Stopping),
+                () = tokio::time::sleep(retry_in) => {}
+            }
+            if !channel.status().connected() {
+                // The broker returned the message to the queue with the channel; running the handler
+                // again here could not be acknowledged.
+                return Err(Error::temporary(
+                    ErrorKind::Broker,
+                    format!(
+                        "the channel closed while event {id} waited for a retry; RabbitMQ delivers it again"
+                    ),
+                ));
+            }
+            attempt = attempt.saturating_add(1);
         }
     }
 
-    async fn reject(&self, delivery: &Delivery, id: Option<Uuid>, reason: Error) -> Result<()> {
+    /// A message that is not handled: rejected to the dead-letter exchange when the queue has one,
+    /// otherwise held unacknowledged, since rejecting it would make RabbitMQ discard it.
+    async fn give_up(&self, delivery: Delivery, id: Option<Uuid>, reason: Error) -> Result<Processed> {
+        if !self.config.dead_letters() {
+            tracing::error!(
+                event_id = ?id, routing_key = %delivery.routing_key, error = %reason,
+                "a message cannot be handled and the queue has no dead-letter exchange: it stays unacknowledged (delivered again after a reconnect), never discarded"
+            );
+            self.report(ListenerOutcome::Held { id, reason: reason.to_string() });
+            return Ok(Processed::Held(Box::new(delivery)));
+        }
         tracing::error!(
             event_id = ?id, routing_key = %delivery.routing_key, error = %reason,
-            "rejecting a message without requeue (to the dead-letter exchange, if the queue has one)"
+            "rejecting a message to the dead-letter exchange"
         );
         delivery
             .acker
@@ -769,7 +947,7 @@ impl RabbitListener {
             self.settled(id);
         }
         self.report(ListenerOutcome::Rejected { id, reason: reason.to_string() });
-        Ok(())
+        Ok(Processed::Settled)
     }
 }
 
@@ -834,6 +1012,64 @@ mod tests {
         assert!(error.is_some_and(|text| text.contains("rabbit.listener.queue")));
         let error = RabbitListener::builder(config).build().err().map(|e| e.to_string());
         assert!(error.is_some_and(|text| text.contains("no event type has a handler")));
+    }
+
+    fn problem(config: &RabbitListenerConfig) -> String {
+        config
+            .validate()
+            .err()
+            .map(|error| error.to_string())
+            .unwrap_or_else(|| format!("accepted: {config:?}"))
+    }
+
+    #[test]
+    fn every_duration_is_bounded_naming_the_key() {
+        let base = || RabbitListenerConfig::new("amqp://guest:guest@host/%2f", "billing");
+        let (second, huge) = (Duration::from_secs(1), Duration::MAX);
+        let cases = [
+            (base().with_retry_backoff(second, huge), "rabbit.listener.retry-backoff"),
+            (base().with_retry_backoff(huge, huge), "rabbit.listener.retry-backoff"),
+            (
+                base().with_retry_backoff(MAX_RETRY_BACKOFF, MAX_RETRY_BACKOFF + second),
+                "rabbit.listener.retry-backoff",
+            ),
+            (base().with_retry_backoff(Duration::ZERO, second), "rabbit.listener.retry-backoff"),
+            (base().with_reconnect_backoff(second, huge), "rabbit.listener.reconnect-backoff"),
+            (base().with_reconnect_backoff(Duration::ZERO, second), "rabbit.listener.reconnect-backoff"),
+            (base().with_shutdown_grace(huge), "rabbit.listener.shutdown-grace"),
+            (base().with_max_attempts(0), "rabbit.listener.max-attempts"),
+        ];
+        for (config, key) in cases {
+            let text = problem(&config);
+            assert!(text.contains(key), "{key}: {text}");
+        }
+        let longest = base()
+            .with_retry_backoff(MAX_RETRY_BACKOFF, MAX_RETRY_BACKOFF)
+            .with_reconnect_backoff(crate::MAX_RECONNECT_BACKOFF, crate::MAX_RECONNECT_BACKOFF)
+            .with_shutdown_grace(MAX_SHUTDOWN_GRACE);
+        assert!(longest.validate().is_ok(), "{longest:?}");
+        assert_eq!(longest.retry_delay(u32::MAX), MAX_RETRY_BACKOFF);
+        assert_eq!(longest.reconnect_delay(u32::MAX), crate::MAX_RECONNECT_BACKOFF);
+    }
+
+    #[test]
+    fn retry_delay_doubles_from_the_default_up_to_the_cap() {
+        let config = RabbitListenerConfig::new("amqp://host", "billing");
+        let delays: Vec<Duration> = (1..=10).map(|attempt| config.retry_delay(attempt)).collect();
+        let expected =
+            [200, 400, 800, 1600, 3200, 6400, 12_800, 25_600, 30_000, 30_000].map(Duration::from_millis);
+        assert_eq!(delays, expected);
+    }
+
+    #[test]
+    fn only_a_known_dead_letter_exchange_lets_the_listener_reject() {
+        let base = || RabbitListenerConfig::new("amqp://host", "billing");
+        assert!(!base().dead_letters(), "the default queue has no dead-letter exchange");
+        assert!(!base().with_declare(RabbitTopology::new("orders")).dead_letters());
+        assert!(
+            base().with_declare(RabbitTopology::new("orders").with_dead_letter("dlx", "dlq")).dead_letters()
+        );
+        assert!(base().with_queue_dead_letter_exchange().dead_letters());
     }
 
     #[test]

@@ -13,7 +13,7 @@ use oncebox_core::{Error, ErrorKind, OutboundMessage, Result, SendError, Sender}
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use crate::config::{RabbitSenderConfig, redact_url};
+use crate::config::{MAX_RECONNECT_BACKOFF, RabbitSenderConfig, redact_url};
 use crate::error::broker;
 
 /// AMQP delivery mode 2: the broker writes the message to disk in durable queues.
@@ -121,8 +121,11 @@ impl RabbitSender {
                 }
                 Err(error) => {
                     link.failed_attempts = link.failed_attempts.saturating_add(1);
-                    link.next_attempt =
-                        Some(Instant::now() + self.config.reconnect_delay(link.failed_attempts));
+                    // The delay is bounded by validation; saturating keeps a clock overflow from ever
+                    // panicking here.
+                    let now = Instant::now();
+                    let delay = self.config.reconnect_delay(link.failed_attempts);
+                    link.next_attempt = Some(now.checked_add(delay).unwrap_or(now + MAX_RECONNECT_BACKOFF));
                     return Err(error);
                 }
             }
@@ -242,9 +245,10 @@ impl Sender for RabbitSender {
         if batch.is_empty() {
             return Vec::new();
         }
-        let deadline = Instant::now() + self.config.emergency_timeout;
         let mut results: Vec<Option<Result<(), SendError>>> = (0..batch.len()).map(|_| None).collect();
-        match tokio::time::timeout_at(deadline, self.publish_all(batch, &mut results)).await {
+        // `timeout` (not `Instant::now() + timeout`) saturates a deadline beyond the clock's range.
+        match tokio::time::timeout(self.config.emergency_timeout, self.publish_all(batch, &mut results)).await
+        {
             Ok(()) => {}
             Err(_) => {
                 tracing::warn!(

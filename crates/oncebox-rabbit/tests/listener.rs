@@ -6,14 +6,15 @@ mod support;
 
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use oncebox_rabbit::ListenerOutcome;
+use oncebox_rabbit::{DEFAULT_RETRY_MAX, DEFAULT_RETRY_MIN, ListenerOutcome};
 use oncebox_testkit::case;
 use oncebox_testkit::runner::{Case, Suite, TestResult, fail, server_missing};
 
-use fixture::{Effect, Fixture, ListenerHarness, message_for};
+use fixture::{Effect, Fixture, ListenerHarness, Setup, message_for};
 use support::amqp_url;
 
 async fn a_message_is_applied_once_and_a_redelivered_copy_changes_nothing(
@@ -33,15 +34,15 @@ async fn a_message_is_applied_once_and_a_redelivered_copy_changes_nothing(
     fixture.finish().await
 }
 
-async fn a_failed_effect_is_requeued_and_applied_on_redelivery(harness: Arc<ListenerHarness>) -> TestResult {
-    let effect = Arc::new(Effect { calls: AtomicUsize::new(0), fail_first: 1 });
+async fn a_failed_effect_is_retried_after_a_pause_and_applied(harness: Arc<ListenerHarness>) -> TestResult {
+    let effect = Arc::new(Effect::failing_first(1));
     let mut fixture = Fixture::start(&harness, effect.clone(), 3).await.map_err(fail)?;
     let sender = fixture.sender().map_err(fail)?;
     let message = message_for(&fixture.exchange, 2);
     fixture.deliver(&sender, &message).await?;
     let first = fixture.next_outcome().await?;
     assert!(
-        matches!(&first, ListenerOutcome::Requeued { id, deliveries: 1, .. } if *id == message.id),
+        matches!(&first, ListenerOutcome::Retrying { id, attempts: 1, retry_in, .. } if *id == message.id && *retry_in == DEFAULT_RETRY_MIN),
         "{first:?}"
     );
     assert_eq!(fixture.next_outcome().await?, ListenerOutcome::Applied { id: message.id });
@@ -95,18 +96,18 @@ async fn a_poison_message_is_rejected_to_the_dead_letter_exchange(
     fixture.finish().await
 }
 
-async fn an_effect_that_keeps_failing_is_dead_lettered_after_max_deliveries(
+async fn an_effect_that_keeps_failing_is_dead_lettered_after_max_attempts(
     harness: Arc<ListenerHarness>,
 ) -> TestResult {
-    let effect = Arc::new(Effect { calls: AtomicUsize::new(0), fail_first: usize::MAX });
+    let effect = Arc::new(Effect::failing_first(usize::MAX));
     let mut fixture = Fixture::start(&harness, effect.clone(), 3).await.map_err(fail)?;
     let sender = fixture.sender().map_err(fail)?;
     let message = message_for(&fixture.exchange, 7);
     fixture.deliver(&sender, &message).await?;
-    for deliveries in 1..=2 {
+    for attempts in 1..=2 {
         let outcome = fixture.next_outcome().await?;
         assert!(
-            matches!(&outcome, ListenerOutcome::Requeued { id, deliveries: d, .. } if *id == message.id && *d == deliveries),
+            matches!(&outcome, ListenerOutcome::Retrying { id, attempts: a, .. } if *id == message.id && *a == attempts),
             "{outcome:?}"
         );
     }
@@ -123,6 +124,111 @@ async fn an_effect_that_keeps_failing_is_dead_lettered_after_max_deliveries(
     fixture.finish().await
 }
 
+/// A database blip: the effect fails its first five calls. On a queue without a dead-letter
+/// exchange and with the listener's default settings the event must still be applied, once, and
+/// the handler's runs must be spaced by at least the backoff.
+async fn a_brief_outage_does_not_lose_the_message_under_default_settings(
+    harness: Arc<ListenerHarness>,
+) -> TestResult {
+    let effect = Arc::new(Effect::failing_first(5));
+    let mut fixture =
+        Fixture::start_with(&harness, effect.clone(), Setup::plain_queue()).await.map_err(fail)?;
+    let sender = fixture.sender().map_err(fail)?;
+    let message = message_for(&fixture.exchange, 8);
+    fixture.deliver(&sender, &message).await?;
+    loop {
+        match fixture.next_outcome().await? {
+            ListenerOutcome::Applied { id } if id == message.id => break,
+            ListenerOutcome::Rejected { id, reason } => {
+                return Err(fail(format!(
+                    "event {id:?} was rejected without a dead-letter exchange, so RabbitMQ discarded it: {reason}"
+                )));
+            }
+            ListenerOutcome::Retrying { .. } => {}
+            other => return Err(fail(format!("unexpected outcome {other:?}"))),
+        }
+    }
+    assert_eq!(effect.applied.load(Ordering::SeqCst), 1, "the effect happened exactly once");
+    assert_eq!(effect.calls.load(Ordering::SeqCst), 6, "five failed runs and the one that succeeded");
+    assert!(fixture.inbox.is_consumed(message.id).await.map_err(fail)?);
+    let instants = effect.call_instants();
+    for (failed_runs, pair) in (1u32..).zip(instants.windows(2)) {
+        let gap = pair[1] - pair[0];
+        let backoff = (DEFAULT_RETRY_MIN * 2u32.pow(failed_runs - 1)).min(DEFAULT_RETRY_MAX);
+        assert!(
+            gap >= backoff,
+            "run {} came {gap:?} after the previous one, before the backoff {backoff:?}",
+            failed_runs + 1
+        );
+    }
+    fixture.finish().await
+}
+
+/// An effect that never succeeds, on a queue without a dead-letter exchange: once the attempts are
+/// used up the message must not be discarded; after the listener stops it is back in the queue.
+async fn a_message_that_keeps_failing_without_a_dead_letter_exchange_is_not_discarded(
+    harness: Arc<ListenerHarness>,
+) -> TestResult {
+    let effect = Arc::new(Effect::failing_first(usize::MAX));
+    let setup = Setup {
+        max_attempts: Some(2),
+        retry_backoff: Some((Duration::from_millis(50), Duration::from_millis(200))),
+        ..Setup::plain_queue()
+    };
+    let mut fixture = Fixture::start_with(&harness, effect.clone(), setup).await.map_err(fail)?;
+    let sender = fixture.sender().map_err(fail)?;
+    let message = message_for(&fixture.exchange, 9);
+    fixture.deliver(&sender, &message).await?;
+    // Well past the two attempts: the fourth run failed and a fifth is scheduled.
+    loop {
+        match fixture.next_outcome().await? {
+            ListenerOutcome::Retrying { id, attempts, .. } if id == message.id && attempts >= 4 => break,
+            ListenerOutcome::Rejected { id, reason } => {
+                return Err(fail(format!(
+                    "event {id:?} was rejected without a dead-letter exchange, so RabbitMQ discarded it: {reason}"
+                )));
+            }
+            ListenerOutcome::Applied { .. } | ListenerOutcome::Duplicate { .. } => {
+                return Err(fail("an effect that always fails was acknowledged"));
+            }
+            _ => {}
+        }
+    }
+    assert!(effect.calls.load(Ordering::SeqCst) >= 4);
+    fixture.stop_listener().await?;
+    let kept = fixture.queued().await?.ok_or_else(|| fail("the failing event is gone from the queue"))?;
+    assert_eq!(kept.delivery.data, message.payload.as_bytes());
+    assert_eq!(effect.applied.load(Ordering::SeqCst), 0);
+    fixture.finish().await
+}
+
+/// A poison message (no event id) on a queue without a dead-letter exchange is held, not
+/// discarded, and the messages after it are still handled.
+async fn a_poison_message_without_a_dead_letter_exchange_is_held_not_discarded(
+    harness: Arc<ListenerHarness>,
+) -> TestResult {
+    let effect = Arc::new(Effect::default());
+    let mut fixture =
+        Fixture::start_with(&harness, effect.clone(), Setup::plain_queue()).await.map_err(fail)?;
+    fixture.publish_raw(FieldTable::default(), b"{\"index\":10}").await?;
+    match fixture.next_outcome().await? {
+        ListenerOutcome::Rejected { reason, .. } => {
+            return Err(fail(format!(
+                "a poison message was rejected without a dead-letter exchange, so RabbitMQ discarded it: {reason}"
+            )));
+        }
+        outcome => assert!(matches!(outcome, ListenerOutcome::Held { id: None, .. }), "{outcome:?}"),
+    }
+    let sender = fixture.sender().map_err(fail)?;
+    let good = message_for(&fixture.exchange, 11);
+    fixture.deliver(&sender, &good).await?;
+    assert_eq!(fixture.next_outcome().await?, ListenerOutcome::Applied { id: good.id });
+    fixture.stop_listener().await?;
+    let kept = fixture.queued().await?.ok_or_else(|| fail("the poison message is gone from the queue"))?;
+    assert_eq!(kept.delivery.data, b"{\"index\":10}");
+    fixture.finish().await
+}
+
 fn cases() -> Vec<Case<ListenerHarness>> {
     vec![
         case!(
@@ -130,16 +236,28 @@ fn cases() -> Vec<Case<ListenerHarness>> {
             a_message_is_applied_once_and_a_redelivered_copy_changes_nothing
         ),
         case!(
-            "a_failed_effect_is_requeued_and_applied_on_redelivery",
-            a_failed_effect_is_requeued_and_applied_on_redelivery
+            "a_failed_effect_is_retried_after_a_pause_and_applied",
+            a_failed_effect_is_retried_after_a_pause_and_applied
         ),
         case!(
             "a_poison_message_is_rejected_to_the_dead_letter_exchange",
             a_poison_message_is_rejected_to_the_dead_letter_exchange
         ),
         case!(
-            "an_effect_that_keeps_failing_is_dead_lettered_after_max_deliveries",
-            an_effect_that_keeps_failing_is_dead_lettered_after_max_deliveries
+            "an_effect_that_keeps_failing_is_dead_lettered_after_max_attempts",
+            an_effect_that_keeps_failing_is_dead_lettered_after_max_attempts
+        ),
+        case!(
+            "a_brief_outage_does_not_lose_the_message_under_default_settings",
+            a_brief_outage_does_not_lose_the_message_under_default_settings
+        ),
+        case!(
+            "a_message_that_keeps_failing_without_a_dead_letter_exchange_is_not_discarded",
+            a_message_that_keeps_failing_without_a_dead_letter_exchange_is_not_discarded
+        ),
+        case!(
+            "a_poison_message_without_a_dead_letter_exchange_is_held_not_discarded",
+            a_poison_message_without_a_dead_letter_exchange_is_held_not_discarded
         ),
     ]
 }

@@ -1,15 +1,18 @@
-//! A running listener over a fresh queue with dead-lettering and a SQLite inbox, for the listener
-//! and restart test binaries.
+//! A running listener over a fresh queue (with dead-lettering, or a plain queue declared by the test
+//! itself) and a SQLite inbox, for the listener and restart test binaries.
 
 #![allow(dead_code)]
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lapin::options::{BasicGetOptions, BasicPublishOptions, ExchangeDeleteOptions, QueueDeleteOptions};
+use lapin::options::{
+    BasicGetOptions, BasicPublishOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions,
+    QueueDeclareOptions, QueueDeleteOptions,
+};
 use lapin::types::{FieldTable, ShortString};
-use lapin::{BasicProperties, Channel, Connection};
+use lapin::{BasicProperties, Channel, Connection, ExchangeKind};
 use oncebox_core::{Dialect, Error, ErrorKind, Inbox, OutboundMessage, SchemaPlan, Sender};
 use oncebox_rabbit::{
     ListenerOutcome, RabbitListener, RabbitListenerConfig, RabbitSender, RabbitSenderConfig, RabbitTopology,
@@ -20,8 +23,9 @@ use oncebox_testkit::sender_suite::test_message;
 use serde::Deserialize;
 use tokio::sync::{broadcast, oneshot};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
-use crate::support::{fresh_name, raw_channel};
+use crate::support::{fresh_name, plumbing, raw_channel};
 
 pub const EVENT_TYPE: &str = "order-created";
 pub const WAIT: Duration = Duration::from_secs(20);
@@ -42,6 +46,8 @@ pub struct Fixture {
     pub queue: String,
     pub dead_letter_exchange: String,
     pub dead_letter_queue: String,
+    /// Whether the queue dead-letters; without it the dead-letter names are never declared.
+    pub dead_lettering: bool,
     pub database: std::path::PathBuf,
     pub inbox: Inbox<()>,
     _connection: Connection,
@@ -52,18 +58,64 @@ pub struct Fixture {
     cleaned: bool,
 }
 
-/// What an effect does: count, and fail the first `fail_first` calls.
+/// What an effect does: count, remember when it was called, and fail the first `fail_first` calls.
 #[derive(Default)]
 pub struct Effect {
     pub calls: AtomicUsize,
+    /// Calls that succeeded: the effect really happened.
+    pub applied: AtomicUsize,
     pub fail_first: usize,
+    pub called_at: Mutex<Vec<Instant>>,
+}
+
+impl Effect {
+    /// An effect whose first `calls` calls fail.
+    pub fn failing_first(calls: usize) -> Self {
+        Self { fail_first: calls, ..Self::default() }
+    }
+
+    /// The instants of every call so far, in order.
+    pub fn call_instants(&self) -> Vec<Instant> {
+        self.called_at.lock().map(|instants| instants.clone()).unwrap_or_default()
+    }
+}
+
+/// How the fixture's queue and listener are set up.
+pub struct Setup {
+    /// `with_max_attempts`, when not the default.
+    pub max_attempts: Option<u32>,
+    /// `with_retry_backoff`, when not the default.
+    pub retry_backoff: Option<(Duration, Duration)>,
+    /// The listener declares the topology with a dead-letter exchange and queue. Without it the
+    /// fixture declares a plain queue itself and the listener runs with its default settings.
+    pub dead_letter: bool,
+}
+
+impl Setup {
+    /// The listener declares a dead-lettering topology and gives up after `max_attempts`.
+    pub fn dead_lettered(max_attempts: u32) -> Self {
+        Self { max_attempts: Some(max_attempts), retry_backoff: None, dead_letter: true }
+    }
+
+    /// A plain queue without a dead-letter exchange, consumed with the listener's defaults.
+    pub fn plain_queue() -> Self {
+        Self { max_attempts: None, retry_backoff: None, dead_letter: false }
+    }
 }
 
 impl Fixture {
     pub async fn start(
         harness: &ListenerHarness,
         effect: Arc<Effect>,
-        max_deliveries: u32,
+        max_attempts: u32,
+    ) -> oncebox_core::Result<Self> {
+        Self::start_with(harness, effect, Setup::dead_lettered(max_attempts)).await
+    }
+
+    pub async fn start_with(
+        harness: &ListenerHarness,
+        effect: Arc<Effect>,
+        setup: Setup,
     ) -> oncebox_core::Result<Self> {
         let queue = fresh_name("queue");
         let database = std::env::temp_dir().join(format!("{queue}.db"));
@@ -73,16 +125,29 @@ impl Fixture {
         let exchange = fresh_name("exchange");
         let dead_letter_exchange = fresh_name("dlx");
         let dead_letter_queue = fresh_name("dlq");
-        let config = RabbitListenerConfig::new(harness.url.clone(), queue.clone())
-            .with_max_deliveries(max_deliveries)
-            .with_declare(
+        let (connection, channel) = raw_channel(&harness.url).await?;
+        let mut config = RabbitListenerConfig::new(harness.url.clone(), queue.clone());
+        if let Some(max_attempts) = setup.max_attempts {
+            config = config.with_max_attempts(max_attempts);
+        }
+        if let Some((min, max)) = setup.retry_backoff {
+            config = config.with_retry_backoff(min, max);
+        }
+        if setup.dead_letter {
+            config = config.with_declare(
                 RabbitTopology::new(exchange.clone())
                     .with_dead_letter(dead_letter_exchange.clone(), dead_letter_queue.clone()),
             );
+        } else {
+            declare_plain_queue(&channel, &exchange, &queue).await?;
+        }
         let listener = RabbitListener::builder(config)
             .on_once(EVENT_TYPE, inbox.clone(), move |event: oncebox_rabbit::RabbitEvent<OrderCreated>| {
                 let effect = effect.clone();
                 async move {
+                    if let Ok(mut instants) = effect.called_at.lock() {
+                        instants.push(Instant::now());
+                    }
                     let call = effect.calls.fetch_add(1, Ordering::SeqCst);
                     if call < effect.fail_first {
                         return Err(Error::temporary(
@@ -90,6 +155,7 @@ impl Fixture {
                             format!("effect for order {} failed on purpose", event.payload.index),
                         ));
                     }
+                    effect.applied.fetch_add(1, Ordering::SeqCst);
                     Ok(())
                 }
             })
@@ -103,13 +169,13 @@ impl Fixture {
                 })
                 .await
         });
-        let (connection, channel) = raw_channel(&harness.url).await?;
         Ok(Self {
             url: harness.url.clone(),
             exchange,
             queue,
             dead_letter_exchange,
             dead_letter_queue,
+            dead_lettering: setup.dead_letter,
             database,
             inbox,
             _connection: connection,
@@ -187,25 +253,52 @@ impl Fixture {
         }
     }
 
-    /// Stops the listener and deletes the broker objects and the database.
-    pub async fn finish(mut self) -> TestResult {
+    /// The next message in the fixture's own queue, polled for a bounded time (after the listener
+    /// stopped, what it left unacknowledged is back in the queue).
+    pub async fn queued(&self) -> Result<Option<lapin::message::BasicGetMessage>, Failed> {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let got = self
+                .channel
+                .basic_get(
+                    ShortString::try_new(self.queue.as_str()).map_err(fail)?,
+                    BasicGetOptions { no_ack: true },
+                )
+                .await
+                .map_err(fail)?;
+            if got.is_some() || tokio::time::Instant::now() >= deadline {
+                return Ok(got);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Stops the listener (its unacknowledged messages return to the queue) and waits for it.
+    pub async fn stop_listener(&mut self) -> TestResult {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
         if let Some(task) = self.task.take() {
             task.await.map_err(fail)?.map_err(fail)?;
         }
+        Ok(())
+    }
+
+    /// Stops the listener and deletes the broker objects and the database.
+    pub async fn finish(mut self) -> TestResult {
+        self.stop_listener().await?;
         self.cleaned = true;
         self.names().remove().await
     }
 
     fn names(&self) -> Leftovers {
-        Leftovers {
-            url: self.url.clone(),
-            queues: vec![self.queue.clone(), self.dead_letter_queue.clone()],
-            exchanges: vec![self.exchange.clone(), self.dead_letter_exchange.clone()],
-            database: self.database.clone(),
+        let mut queues = vec![self.queue.clone()];
+        let mut exchanges = vec![self.exchange.clone()];
+        if self.dead_lettering {
+            queues.push(self.dead_letter_queue.clone());
+            exchanges.push(self.dead_letter_exchange.clone());
         }
+        Leftovers { url: self.url.clone(), queues, exchanges, database: self.database.clone() }
     }
 }
 
@@ -266,6 +359,41 @@ impl Drop for Fixture {
             eprintln!("could not clean up after a failed test: {error:?}");
         }
     }
+}
+
+/// A durable topic exchange and a durable queue without a dead-letter exchange, bound by the
+/// fixture's event type: what an application declares itself before a listener with default settings.
+async fn declare_plain_queue(channel: &Channel, exchange: &str, queue: &str) -> oncebox_core::Result<()> {
+    let exchange_name = ShortString::try_new(exchange).map_err(|error| plumbing("exchange name", error))?;
+    let queue_name = ShortString::try_new(queue).map_err(|error| plumbing("queue name", error))?;
+    channel
+        .exchange_declare(
+            exchange_name.clone(),
+            ExchangeKind::Topic,
+            ExchangeDeclareOptions { durable: true, ..ExchangeDeclareOptions::default() },
+            FieldTable::default(),
+        )
+        .await
+        .map_err(|error| plumbing("declaring the test exchange", error))?;
+    channel
+        .queue_declare(
+            queue_name.clone(),
+            QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() },
+            FieldTable::default(),
+        )
+        .await
+        .map_err(|error| plumbing("declaring the test queue", error))?;
+    channel
+        .queue_bind(
+            queue_name,
+            exchange_name,
+            ShortString::from(EVENT_TYPE),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .map_err(|error| plumbing("binding the test queue", error))?;
+    Ok(())
 }
 
 /// A message of the fixture's event type to `exchange`.
