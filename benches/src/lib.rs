@@ -1,12 +1,15 @@
-//! Shared helpers of the oncebox benchmark binaries (`pg_relay`, `pg_idle`, `mysql_relay`, `rabbit_publish`,
-//! `kafka_publish`): the server address from the environment, fixed-size payloads, fresh names and
-//! latency summaries; [`pg_backlog`] holds the PostgreSQL backlog and raw loop the relay benchmarks share.
+//! Shared helpers of the oncebox benchmark binaries (`pg_relay`, `pg_idle`, `pg_pool_share`,
+//! `mysql_relay`, `rabbit_publish`, `kafka_publish`): the server address from the environment,
+//! fixed-size payloads, fresh names, latency summaries and a sender that only acknowledges;
+//! [`pg_backlog`] holds the PostgreSQL backlog and raw loop the relay benchmarks share.
 //!
 //! The binaries are measurements, not tests: they print tables and never assert a target.
 
 use std::error::Error;
 use std::time::Duration;
 
+use async_trait::async_trait;
+use oncebox_core::{OutboundMessage, SendError, Sender};
 use serde::Serialize;
 
 pub mod pg_backlog;
@@ -82,6 +85,8 @@ pub struct Summary {
     pub p50: Duration,
     /// 99th percentile (nearest rank).
     pub p99: Duration,
+    /// The largest sample.
+    pub max: Duration,
 }
 
 impl Summary {
@@ -99,6 +104,7 @@ impl Summary {
             mean: total / u32::try_from(count).unwrap_or(u32::MAX),
             p50: sorted[nearest_rank(count, 0.50)],
             p99: sorted[nearest_rank(count, 0.99)],
+            max: sorted[count - 1],
         }
     }
 }
@@ -131,6 +137,18 @@ pub fn median(values: &[f64]) -> f64 {
     if sorted.len().is_multiple_of(2) { (sorted[middle - 1] + sorted[middle]) / 2.0 } else { sorted[middle] }
 }
 
+/// A sender that acknowledges every message and keeps nothing, so the broker is never what limits
+/// a drain.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CountingSender;
+
+#[async_trait]
+impl Sender for CountingSender {
+    async fn send(&self, batch: &[OutboundMessage]) -> Vec<Result<(), SendError>> {
+        batch.iter().map(|_| Ok(())).collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,6 +166,7 @@ mod tests {
         let summary = Summary::of(&samples);
         assert_eq!(summary.p50, Duration::from_millis(50));
         assert_eq!(summary.p99, Duration::from_millis(99));
+        assert_eq!(summary.max, Duration::from_millis(100));
         assert_eq!(summary.mean, Duration::from_micros(50_500));
         assert_eq!(median(&[3.0, 1.0, 2.0, 10.0]), 2.5);
     }

@@ -81,8 +81,13 @@ impl Bench {
 
     /// A dialect over a pool of its own, as a separate relay process would have.
     pub async fn instance(&self) -> BenchResult<PgDialect> {
+        self.instance_with_pool_size(DEFAULT_MAX_CONNECTIONS).await
+    }
+
+    /// A dialect over a pool of its own that opens at most `max_connections` connections.
+    pub async fn instance_with_pool_size(&self, max_connections: u32) -> BenchResult<PgDialect> {
         let pool = PgPoolOptions::new()
-            .max_connections(DEFAULT_MAX_CONNECTIONS)
+            .max_connections(max_connections)
             .connect_with(connect_options(&self.url)?)
             .await?;
         Ok(PgDialect::new(pool).with_tables(&self.tables).with_wake_ups(false))
@@ -122,9 +127,15 @@ impl Bench {
     }
 }
 
-/// Writes the template backlog of `events` events through the `PgWriter`, [`PREFILL_BATCH`] per
-/// transaction.
+/// Writes the template backlog of `events` events of [`EVENT_TYPE`] through the `PgWriter`,
+/// [`PREFILL_BATCH`] per transaction.
 pub async fn write_template(bench: &Bench, events: u64) -> BenchResult<()> {
+    write_template_of_types(bench, events, &[EVENT_TYPE.to_owned()]).await
+}
+
+/// Writes the template backlog of `events` events through the `PgWriter`, [`PREFILL_BATCH`] per
+/// transaction, the event types taken from `event_types` in turn (none given: [`EVENT_TYPE`]).
+pub async fn write_template_of_types(bench: &Bench, events: u64, event_types: &[String]) -> BenchResult<()> {
     let writer = bench.template.writer();
     let mut written = 0u64;
     while written < events {
@@ -132,7 +143,10 @@ pub async fn write_template(bench: &Bench, events: u64) -> BenchResult<()> {
         let batch: Vec<NewOutboxEvent> = (0..count)
             .map(|index| NewOutboxEvent {
                 id: Uuid::now_v7(),
-                event_type: EVENT_TYPE.to_owned(),
+                event_type: match event_types.len() {
+                    0 => EVENT_TYPE.to_owned(),
+                    types => event_types[(written as usize + index) % types].clone(),
+                },
                 payload: BenchPayload::new(written + index as u64).to_json(),
                 payload_type: std::any::type_name::<BenchPayload>().to_owned(),
                 headers: Default::default(),

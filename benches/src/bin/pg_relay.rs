@@ -26,7 +26,9 @@ use oncebox_benches::pg_backlog::{
     Bench, ENGINE_CLAIM, ENGINE_SETTLE, PREFILL_BATCH, RawSql, check_drained, fast_polling, raw_loop,
     write_template,
 };
-use oncebox_benches::{BenchPayload, BenchResult, EVENT_TYPE, Summary, millis, per_second, server_url};
+use oncebox_benches::{
+    BenchPayload, BenchResult, CountingSender, EVENT_TYPE, Summary, millis, per_second, server_url,
+};
 use oncebox_core::config::EventSettings;
 use oncebox_core::event::OutboxCounts;
 use oncebox_core::{
@@ -463,16 +465,6 @@ impl OutboxDao for TimedOutbox {
 
     async fn counts(&self) -> oncebox_core::Result<OutboxCounts> {
         self.inner.counts().await
-    }
-}
-
-/// Acknowledges every message and keeps nothing (the `--counting-sender` diagnostic).
-struct CountingSender;
-
-#[async_trait]
-impl Sender for CountingSender {
-    async fn send(&self, batch: &[OutboundMessage]) -> Vec<Result<(), SendError>> {
-        batch.iter().map(|_| Ok(())).collect()
     }
 }
 
