@@ -451,8 +451,13 @@ impl OutboxDao for TimedOutbox {
         report
     }
 
-    async fn recover_stuck(&self, older_than: Duration, limit: u32) -> oncebox_core::Result<u64> {
-        self.inner.recover_stuck(older_than, limit).await
+    async fn recover_stuck(
+        &self,
+        older_than: Duration,
+        max_recoveries: u32,
+        limit: u32,
+    ) -> oncebox_core::Result<u64> {
+        self.inner.recover_stuck(older_than, max_recoveries, limit).await
     }
 
     async fn delete_processed(&self, older_than: Duration, limit: u32) -> oncebox_core::Result<u64> {

@@ -29,8 +29,14 @@ pub trait OutboxDao: Send + Sync {
     async fn settle(&self, batch: &ClaimedBatch, settlements: &[Settlement]) -> Result<SettleReport>;
 
     /// Returns up to `limit` rows IN_PROCESS for longer than `older_than` to PENDING, clearing the
-    /// claim token and keeping `attempts`.
-    async fn recover_stuck(&self, older_than: Duration, limit: u32) -> Result<u64>;
+    /// claim token and keeping `attempts`: a crashed worker is not a failed send.
+    ///
+    /// Each recovery is counted in the row's `recoveries` column instead (a claim never resets
+    /// it). The recovery that brings a row to `max_recoveries` makes it FAILED, with a `last_error`
+    /// saying how many times it was recovered without an outcome: an event that kills or stalls
+    /// every worker sending it would otherwise be claimed first forever. Returns how many rows
+    /// changed, to PENDING or to FAILED.
+    async fn recover_stuck(&self, older_than: Duration, max_recoveries: u32, limit: u32) -> Result<u64>;
 
     /// Deletes up to `limit` PROCESSED rows last updated more than `older_than` ago.
     async fn delete_processed(&self, older_than: Duration, limit: u32) -> Result<u64>;

@@ -84,7 +84,7 @@ pub use outbox::MySqlOutboxDao;
 pub use writer::MySqlWriter;
 
 use crate::error::SqlxResultExt;
-use crate::statements::Statements;
+use crate::statements::{ADD_RECOVERIES, Statements};
 
 /// The named lock that serializes schema creation across instances.
 const SCHEMA_LOCK: &str = "oncebox_create_schema";
@@ -165,6 +165,16 @@ impl MySqlDialect {
     pub fn mysql_job_lock(&self) -> MySqlJobLock {
         MySqlJobLock::new(self.pool.clone(), self.statements.clone())
     }
+
+    /// Whether the outbox table already has the `recoveries` column.
+    async fn events_have_recoveries(&self, connection: &mut sqlx::MySqlConnection) -> Result<bool> {
+        let (columns,): (i64,) = sqlx::query_as(self.statements.events_have_recoveries.clone())
+            .bind(self.statements.tables.events.as_str())
+            .fetch_one(&mut *connection)
+            .await
+            .context("checking the outbox table's columns")?;
+        Ok(columns > 0)
+    }
 }
 
 #[async_trait]
@@ -182,7 +192,7 @@ impl Dialect for MySqlDialect {
     async fn create_schema(&self, plan: SchemaPlan) -> Result<()> {
         let context = "creating the oncebox tables";
         self.check_server().await?;
-        let wanted = [plan.outbox, plan.dlq, plan.inbox, plan.jobs];
+        let wanted = [plan.outbox, plan.dlq, plan.inbox, plan.jobs, plan.outbox];
         // DDL commits implicitly in MySQL, so a transaction cannot serialize it; a named lock
         // held by this connection lets one instance create while the others wait.
         let mut connection = self.pool.acquire().await.context(context)?;
@@ -202,13 +212,24 @@ impl Dialect for MySqlDialect {
             ));
         }
         let mut created = Ok(());
-        for (ddl, wanted) in self.statements.schema.iter().zip(wanted) {
-            if wanted {
-                created =
-                    sqlx::raw_sql(ddl.clone()).execute(&mut *connection).await.map(drop).context(context);
-                if created.is_err() {
-                    break;
+        for (index, (ddl, wanted)) in self.statements.schema.iter().zip(wanted).enumerate() {
+            if !wanted {
+                continue;
+            }
+            if index == ADD_RECOVERIES {
+                // Tables created before `recoveries` existed get it, once.
+                match self.events_have_recoveries(&mut connection).await {
+                    Ok(false) => {}
+                    Ok(true) => continue,
+                    Err(error) => {
+                        created = Err(error);
+                        break;
+                    }
                 }
+            }
+            created = sqlx::raw_sql(ddl.clone()).execute(&mut *connection).await.map(drop).context(context);
+            if created.is_err() {
+                break;
             }
         }
         let released = sqlx::query("SELECT RELEASE_LOCK(?)")

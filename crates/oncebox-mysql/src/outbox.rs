@@ -179,11 +179,13 @@ impl OutboxDao for MySqlOutboxDao {
         Ok(SettleReport { settled, refused: total.saturating_sub(settled) })
     }
 
-    async fn recover_stuck(&self, older_than: Duration, max_rows: u32) -> Result<u64> {
+    async fn recover_stuck(&self, older_than: Duration, max_recoveries: u32, max_rows: u32) -> Result<u64> {
         if max_rows == 0 {
             return Ok(0);
         }
         let result = sqlx::query(self.statements.recover_stuck.clone())
+            .bind(max_recoveries)
+            .bind(max_recoveries)
             .bind(micros(older_than))
             .bind(limit(max_rows))
             .execute(&self.pool)

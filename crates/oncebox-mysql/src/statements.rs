@@ -8,7 +8,7 @@ use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
 
 /// The migrations, in order, as shipped in `migrations/mysql/` (written for the default table
 /// names, so any migration tool can run them as they are).
-pub(crate) const MIGRATIONS: [(&str, &str); 4] = [
+pub(crate) const MIGRATIONS: [(&str, &str); 5] = [
     ("0001_outbox_events.sql", include_str!("../../../migrations/mysql/0001_outbox_events.sql")),
     ("0002_outbox_dlq_events.sql", include_str!("../../../migrations/mysql/0002_outbox_dlq_events.sql")),
     (
@@ -16,7 +16,15 @@ pub(crate) const MIGRATIONS: [(&str, &str); 4] = [
         include_str!("../../../migrations/mysql/0003_outbox_consumed_events.sql"),
     ),
     ("0004_outbox_jobs.sql", include_str!("../../../migrations/mysql/0004_outbox_jobs.sql")),
+    (
+        "0005_outbox_events_recoveries.sql",
+        include_str!("../../../migrations/mysql/0005_outbox_events_recoveries.sql"),
+    ),
 ];
+
+/// Index in [`MIGRATIONS`] of the one migration that is not idempotent by itself (MySQL 8 has no
+/// `ADD COLUMN IF NOT EXISTS`): auto-create runs it only when the column is missing.
+pub(crate) const ADD_RECOVERIES: usize = 4;
 
 /// Rows per multi-row insert: six placeholders each, far below the server's 65,535 per
 /// statement, and few enough that a batch of ordinary events stays well inside the default
@@ -87,7 +95,9 @@ pub(crate) fn id_slots(ids: usize) -> usize {
 /// Every statement, with the table names filled in.
 pub(crate) struct Statements {
     pub(crate) tables: TableNames,
-    pub(crate) schema: [SqlStr; 4],
+    pub(crate) schema: [SqlStr; 5],
+    /// Whether the outbox table (`?`) of the current database has `recoveries`.
+    pub(crate) events_have_recoveries: SqlStr,
     pub(crate) insert_events: Template,
     pub(crate) claim_select: SqlStr,
     pub(crate) claim_update: Template,
@@ -137,7 +147,9 @@ impl Statements {
             |index: usize| AssertSqlSafe(tables.render_migration(MIGRATIONS[index].1)).into_sql_str();
         Arc::new(Self {
             tables: tables.clone(),
-            schema: [migration(0), migration(1), migration(2), migration(3)],
+            schema: [migration(0), migration(1), migration(2), migration(3), migration(ADD_RECOVERIES)],
+            events_have_recoveries: sql("SELECT COUNT(*) FROM information_schema.COLUMNS \
+                 WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'recoveries'"),
             insert_events: Template::new(&render(tables, include_str!("../sql/insert_events.sql")), "{rows}"),
             claim_select: sql(include_str!("../sql/claim_select.sql")),
             claim_update: ids(include_str!("../sql/claim_update.sql")),

@@ -1,5 +1,7 @@
 -- Returns up to $2 rows claimed more than $1 microseconds ago to PENDING, oldest first, without
--- counting an attempt. Rows a worker is settling right now are locked and skipped.
+-- counting an attempt, and counts the recovery instead. The recovery that brings a row to $3
+-- (max-recoveries) makes it FAILED: its event crashed or stalled every worker that sent it. Rows
+-- a worker is settling right now are locked and skipped.
 WITH clock AS (SELECT clock_timestamp() AS now),
 stuck AS (
     SELECT id FROM {events}
@@ -10,6 +12,14 @@ stuck AS (
     FOR UPDATE SKIP LOCKED
 )
 UPDATE {events} AS e
-SET status = 'PENDING', claim_token = NULL, updated_at = (SELECT now FROM clock)
+SET status = CASE WHEN e.recoveries + 1 >= $3 THEN 'FAILED' ELSE 'PENDING' END,
+    last_error = CASE WHEN e.recoveries + 1 >= $3
+                      THEN 'recovered ' || (e.recoveries + 1) || ' times after its worker stalled or '
+                           || 'crashed, never with an outcome (stuck-recovery.max-recoveries): the '
+                           || 'event may crash or stall every worker that sends it'
+                      ELSE e.last_error END,
+    recoveries = e.recoveries + 1,
+    claim_token = NULL,
+    updated_at = (SELECT now FROM clock)
 FROM stuck
 WHERE e.id = stuck.id

@@ -187,6 +187,8 @@ impl Dialect for PgDialect {
         let context = "creating the oncebox tables";
         let parts = [
             (plan.outbox, &self.statements.schema_events),
+            // Idempotent (ADD COLUMN IF NOT EXISTS): also upgrades tables made before it existed.
+            (plan.outbox, &self.statements.schema_events_recoveries),
             (plan.dlq, &self.statements.schema_dlq),
             (plan.inbox, &self.statements.schema_consumed),
             (plan.jobs, &self.statements.schema_jobs),

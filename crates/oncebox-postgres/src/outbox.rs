@@ -145,13 +145,14 @@ impl OutboxDao for PgOutboxDao {
         Ok(SettleReport { settled, refused: total.saturating_sub(settled) })
     }
 
-    async fn recover_stuck(&self, older_than: Duration, max_rows: u32) -> Result<u64> {
+    async fn recover_stuck(&self, older_than: Duration, max_recoveries: u32, max_rows: u32) -> Result<u64> {
         if max_rows == 0 {
             return Ok(0);
         }
         let result = sqlx::query(self.statements.recover_stuck.clone())
             .bind(micros(older_than))
             .bind(limit(max_rows))
+            .bind(i64::from(max_recoveries))
             .execute(&self.pool)
             .await
             .context("recovering stuck events")?;

@@ -7,7 +7,7 @@ use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
 
 /// The migrations, in order, as shipped in `migrations/postgres/` (written for the default table
 /// names, so any migration tool can run them as they are).
-pub(crate) const MIGRATIONS: [(&str, &str); 4] = [
+pub(crate) const MIGRATIONS: [(&str, &str); 5] = [
     ("0001_outbox_events.sql", include_str!("../../../migrations/postgres/0001_outbox_events.sql")),
     ("0002_outbox_dlq_events.sql", include_str!("../../../migrations/postgres/0002_outbox_dlq_events.sql")),
     (
@@ -15,6 +15,10 @@ pub(crate) const MIGRATIONS: [(&str, &str); 4] = [
         include_str!("../../../migrations/postgres/0003_outbox_consumed_events.sql"),
     ),
     ("0004_outbox_jobs.sql", include_str!("../../../migrations/postgres/0004_outbox_jobs.sql")),
+    (
+        "0005_outbox_events_recoveries.sql",
+        include_str!("../../../migrations/postgres/0005_outbox_events_recoveries.sql"),
+    ),
 ];
 
 /// Every statement, with the table names filled in.
@@ -26,6 +30,7 @@ pub(crate) struct Statements {
     pub(crate) schema_dlq: SqlStr,
     pub(crate) schema_consumed: SqlStr,
     pub(crate) schema_jobs: SqlStr,
+    pub(crate) schema_events_recoveries: SqlStr,
     pub(crate) insert_events: SqlStr,
     pub(crate) insert_events_notify: SqlStr,
     pub(crate) claim: SqlStr,
@@ -79,6 +84,7 @@ impl Statements {
             schema_dlq: migration(1),
             schema_consumed: migration(2),
             schema_jobs: migration(3),
+            schema_events_recoveries: migration(4),
             insert_events: AssertSqlSafe(Arc::<str>::from(insert_events_text.as_str())).into_sql_str(),
             insert_events_notify: AssertSqlSafe(Arc::<str>::from(insert_events_notify_text.as_str()))
                 .into_sql_str(),

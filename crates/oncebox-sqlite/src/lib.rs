@@ -165,6 +165,20 @@ impl Dialect for SqliteDialect {
                 sqlx::raw_sql(ddl.clone()).execute(&mut *tx).await.context(context)?;
             }
         }
+        if plan.outbox {
+            // Tables created before `recoveries` existed get it; SQLite has no ADD COLUMN IF NOT EXISTS.
+            let (columns,): (i64,) = sqlx::query_as(self.statements.events_have_recoveries.clone())
+                .bind(self.statements.tables.events.as_str())
+                .fetch_one(&mut *tx)
+                .await
+                .context(context)?;
+            if columns == 0 {
+                sqlx::raw_sql(self.statements.schema_events_recoveries.clone())
+                    .execute(&mut *tx)
+                    .await
+                    .context(context)?;
+            }
+        }
         tx.commit().await.context(context)
     }
 

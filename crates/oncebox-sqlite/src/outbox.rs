@@ -123,13 +123,14 @@ impl OutboxDao for SqliteOutboxDao {
         Ok(SettleReport { settled, refused: total.saturating_sub(settled) })
     }
 
-    async fn recover_stuck(&self, older_than: Duration, limit: u32) -> Result<u64> {
+    async fn recover_stuck(&self, older_than: Duration, max_recoveries: u32, limit: u32) -> Result<u64> {
         if limit == 0 {
             return Ok(0);
         }
         let result = sqlx::query(self.statements.recover_stuck.clone())
             .bind(earlier_by(older_than))
             .bind(i64::from(limit))
+            .bind(i64::from(max_recoveries))
             .execute(&self.pool)
             .await
             .context("recovering stuck events")?;

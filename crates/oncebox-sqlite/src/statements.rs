@@ -22,6 +22,10 @@ pub(crate) struct Statements {
     pub(crate) schema_dlq: SqlStr,
     pub(crate) schema_consumed: SqlStr,
     pub(crate) schema_jobs: SqlStr,
+    /// Adds `recoveries` to an outbox table that lacks it (run only after checking).
+    pub(crate) schema_events_recoveries: SqlStr,
+    /// Whether the outbox table has `recoveries`: `?1` is the table name.
+    pub(crate) events_have_recoveries: SqlStr,
     pub(crate) insert_events_head: String,
     pub(crate) insert_events_row: String,
     pub(crate) claim: SqlStr,
@@ -69,6 +73,12 @@ impl Statements {
             schema_dlq: sql(include_str!("../../../migrations/sqlite/0002_outbox_dlq_events.sql")),
             schema_consumed: sql(include_str!("../../../migrations/sqlite/0003_outbox_consumed_events.sql")),
             schema_jobs: sql(include_str!("../../../migrations/sqlite/0004_outbox_jobs.sql")),
+            schema_events_recoveries: sql(include_str!(
+                "../../../migrations/sqlite/0005_outbox_events_recoveries.sql"
+            )),
+            events_have_recoveries: sql(
+                "SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = 'recoveries'",
+            ),
             insert_events_head: text(include_str!("../sql/insert_events.sql").trim_end()),
             insert_events_row: text(include_str!("../sql/insert_events_row.sql").trim_end()),
             claim: sql(include_str!("../sql/claim.sql")),

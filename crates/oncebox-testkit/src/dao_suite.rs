@@ -40,6 +40,7 @@ pub fn cases<H: DaoHarness>() -> Vec<Case<H>> {
         case!("settle_failed_keeps_the_error", settle_failed_keeps_the_error),
         case!("a_stale_claim_token_cannot_settle", a_stale_claim_token_cannot_settle),
         case!("stuck_recovery_keeps_attempts_and_spares_young_rows", stuck_recovery_keeps_attempts),
+        case!("stuck_recovery_fails_a_row_after_max_recoveries", stuck_recovery_fails_after_max_recoveries),
         case!("clean_up_deletes_only_old_processed_rows_in_batches", clean_up_deletes_old_processed),
         case!("counts_group_by_type_and_status", counts_group_by_type_and_status),
         case!("dlq_transfer_to_keeps_id_and_data", dlq_transfer_to_keeps_id_and_data),
@@ -179,6 +180,7 @@ dao_test! {
     settle_failed_keeps_the_error => settle_failed_keeps_the_error_body;
     a_stale_claim_token_cannot_settle => a_stale_claim_token_cannot_settle_body;
     stuck_recovery_keeps_attempts => stuck_recovery_keeps_attempts_body;
+    stuck_recovery_fails_after_max_recoveries => stuck_recovery_fails_after_max_recoveries_body;
     clean_up_deletes_old_processed => clean_up_deletes_old_processed_body;
     counts_group_by_type_and_status => counts_group_by_type_and_status_body;
     dlq_transfer_to_keeps_id_and_data => dlq_transfer_to_keeps_id_and_data_body;
@@ -509,7 +511,7 @@ async fn a_stale_claim_token_cannot_settle_body<H: DaoHarness>(
     let outbox = dialect.outbox_dao();
     // The first worker stalls: its batch is recovered as stuck and claimed by a second worker.
     harness.backdate(dialect, AgedTable::Events, &[], TWO_HOURS).await.map_err(fail)?;
-    assert_eq!(outbox.recover_stuck(HOUR, 100).await.map_err(fail)?, 3);
+    assert_eq!(outbox.recover_stuck(HOUR, 5, 100).await.map_err(fail)?, 3);
     let new_batch = outbox.claim(ORDERS, 10).await.map_err(fail)?;
     assert_eq!(new_batch.len(), 3);
     assert_ne!(new_batch.claim_token, old_batch.claim_token);
@@ -556,9 +558,9 @@ async fn stuck_recovery_keeps_attempts_body<H: DaoHarness>(harness: &H, dialect:
     let old_ids = [retried, others[0].id, others[1].id];
     harness.backdate(dialect, AgedTable::Events, &old_ids, TWO_HOURS).await.map_err(fail)?;
 
-    assert_eq!(outbox.recover_stuck(HOUR, 2).await.map_err(fail)?, 2, "at most `limit` rows per call");
-    assert_eq!(outbox.recover_stuck(HOUR, 2).await.map_err(fail)?, 1);
-    assert_eq!(outbox.recover_stuck(HOUR, 2).await.map_err(fail)?, 0);
+    assert_eq!(outbox.recover_stuck(HOUR, 5, 2).await.map_err(fail)?, 2, "at most `limit` rows per call");
+    assert_eq!(outbox.recover_stuck(HOUR, 5, 2).await.map_err(fail)?, 1);
+    assert_eq!(outbox.recover_stuck(HOUR, 5, 2).await.map_err(fail)?, 0);
     for id in old_ids {
         let row = stored(&*outbox, id).await?;
         assert_eq!(row.status, EventStatus::Pending, "stuck row {id} is PENDING again");
@@ -571,6 +573,39 @@ async fn stuck_recovery_keeps_attempts_body<H: DaoHarness>(harness: &H, dialect:
     assert_eq!(young.claim_token, Some(young_batch.claim_token));
     let reclaimed = outbox.claim(ORDERS, 10).await.map_err(fail)?;
     assert_eq!(reclaimed.len(), 3, "recovered rows are claimable again");
+    Ok(())
+}
+
+async fn stuck_recovery_fails_after_max_recoveries_body<H: DaoHarness>(
+    harness: &H,
+    dialect: &H::Dialect,
+) -> TestResult {
+    const MAX_RECOVERIES: u32 = 3;
+    let outbox = dialect.outbox_dao();
+    // An event with one failed send behind it, then claimed by workers that all die sending it.
+    let (published, batch) = published_and_claimed(harness, dialect, 1).await?;
+    let crasher = published[0].id;
+    outbox
+        .settle(&batch, &[Settlement::Retry { id: crasher, delay: Duration::ZERO, error: "flaky".into() }])
+        .await
+        .map_err(fail)?;
+    for recovery in 1..=MAX_RECOVERIES {
+        assert_eq!(claimed_ids(&outbox.claim(ORDERS, 10).await.map_err(fail)?), vec![crasher]);
+        harness.backdate(dialect, AgedTable::Events, &[crasher], TWO_HOURS).await.map_err(fail)?;
+        assert_eq!(outbox.recover_stuck(HOUR, MAX_RECOVERIES, 100).await.map_err(fail)?, 1);
+        let row = stored(&*outbox, crasher).await?;
+        assert_eq!(row.attempts, 1, "recovery {recovery} does not count an attempt");
+        assert_eq!(row.claim_token, None);
+        if recovery < MAX_RECOVERIES {
+            assert_eq!(row.status, EventStatus::Pending, "after {recovery} of {MAX_RECOVERIES} recoveries");
+            assert_eq!(row.last_error.as_deref(), Some("flaky"));
+        } else {
+            assert_eq!(row.status, EventStatus::Failed, "after {MAX_RECOVERIES} recoveries");
+            let last_error = row.last_error.unwrap_or_default();
+            assert!(last_error.contains(&format!("recovered {MAX_RECOVERIES} times")), "{last_error}");
+        }
+    }
+    assert!(outbox.claim(ORDERS, 10).await.map_err(fail)?.is_empty(), "a FAILED row is never claimed");
     Ok(())
 }
 

@@ -161,6 +161,13 @@ impl ConfigBuilder {
         self
     }
 
+    /// How many stuck recoveries without an outcome make a row FAILED (`stuck-recovery.max-recoveries`).
+    pub fn max_recoveries(mut self, max_recoveries: u32) -> Self {
+        self.outbox().stuck_recovery.get_or_insert_with(Default::default).max_recoveries =
+            Some(max_recoveries);
+        self
+    }
+
     /// Clean-up of PROCESSED rows: `None` disables it.
     pub fn processed_clean_up(mut self, ttl_and_polling: Option<(Duration, Polling)>) -> Self {
         let clean_up = self.outbox().clean_up.get_or_insert_with(Default::default);

@@ -211,6 +211,10 @@ pub struct StuckRecoveryConfig {
     pub batch_size: u32,
     /// A row IN_PROCESS for longer than this is returned to PENDING.
     pub max_batch_processing_time: Duration,
+    /// `max-recoveries`: a row recovered this many times without an outcome becomes FAILED
+    /// (default 5, at least 1). Recoveries are counted apart from `attempts`, so a crashed worker
+    /// costs an event no retry, yet an event that crashes every worker cannot loop forever.
+    pub max_recoveries: u32,
     /// Schedule.
     pub polling: Polling,
 }

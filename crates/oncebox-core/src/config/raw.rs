@@ -178,6 +178,7 @@ impl RawBackoff {
 pub(crate) struct RawStuckRecovery {
     pub(crate) batch_size: Option<u32>,
     pub(crate) max_batch_processing_time: Option<HumanDuration>,
+    pub(crate) max_recoveries: Option<u32>,
     pub(crate) polling: Option<RawPolling>,
 }
 

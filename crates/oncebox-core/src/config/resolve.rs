@@ -178,6 +178,15 @@ fn resolve_outbox(raw: &RawOutbox) -> Result<OutboxConfig> {
             format!("{OUTBOX}.stuck-recovery.max-batch-processing-time"),
             Duration::from_secs(300),
         )?,
+        max_recoveries: match stuck.max_recoveries.unwrap_or(5) {
+            0 => {
+                return Err(Error::config(
+                    format!("{OUTBOX}.stuck-recovery.max-recoveries"),
+                    "must be at least 1",
+                ));
+            }
+            max_recoveries => max_recoveries,
+        },
         polling: polling(
             &stuck.polling.clone().unwrap_or_default().over(&stuck_recovery_polling_defaults()),
             &format!("{OUTBOX}.stuck-recovery.polling"),

@@ -39,6 +39,7 @@ fn defaults_follow_the_seed_except_the_event_initial_delay() {
     assert_eq!(event.backoff, Backoff::default());
     assert_eq!(outbox.emergency_timeout, Duration::from_secs(120));
     assert_eq!(outbox.stuck_recovery.max_batch_processing_time, Duration::from_secs(300));
+    assert_eq!(outbox.stuck_recovery.max_recoveries, 5);
     assert_eq!(outbox.clean_up.map(|c| c.ttl), Some(Duration::from_secs(86_400)));
     assert!(outbox.dlq.is_none(), "DLQ is off unless enabled");
     assert!(config.inbox.is_none());
@@ -255,6 +256,16 @@ fn an_invalid_table_prefix_names_the_key() {
 fn stuck_recovery_must_outlast_the_emergency_timeout() {
     let message = yaml_error(&format!("{}    sender:\n      emergency-timeout: 10m\n", with_event("")));
     assert_names(&message, "oncebox.outbox.stuck-recovery.max-batch-processing-time");
+}
+
+#[test]
+fn max_recoveries_is_at_least_one() {
+    let message = yaml_error(&format!("{}    stuck-recovery:\n      max-recoveries: 0\n", with_event("")));
+    assert_names(&message, "oncebox.outbox.stuck-recovery.max-recoveries");
+    let config =
+        Config::from_yaml_str(&format!("{}    stuck-recovery:\n      max-recoveries: 2\n", with_event("")))
+            .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.outbox.map(|outbox| outbox.stuck_recovery.max_recoveries), Some(2));
 }
 
 #[test]

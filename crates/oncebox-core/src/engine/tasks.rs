@@ -322,6 +322,7 @@ fn full_if(count: u64, batch_size: u32) -> RunOutcome {
 pub(crate) struct StuckRecovery {
     pub(crate) outbox: Arc<dyn OutboxDao>,
     pub(crate) older_than: Duration,
+    pub(crate) max_recoveries: u32,
     pub(crate) batch_size: u32,
     pub(crate) metrics: Arc<dyn OutboxMetrics>,
     pub(crate) stats: Arc<EngineStats>,
@@ -334,9 +335,14 @@ impl TaskBody for StuckRecovery {
     }
 
     async fn run_once(&self) -> Result<RunOutcome> {
-        let recovered = self.outbox.recover_stuck(self.older_than, self.batch_size).await?;
+        let recovered =
+            self.outbox.recover_stuck(self.older_than, self.max_recoveries, self.batch_size).await?;
         if recovered > 0 {
-            warn!(recovered, "returned events stuck IN_PROCESS to PENDING");
+            warn!(
+                recovered,
+                max_recoveries = self.max_recoveries,
+                "returned events stuck IN_PROCESS to PENDING, or to FAILED when recovered max-recoveries times"
+            );
             self.stats.recovered.fetch_add(recovered, Ordering::Relaxed);
             self.metrics.job_rows(JOB_STUCK_RECOVERY, recovered);
         }

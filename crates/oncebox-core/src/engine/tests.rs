@@ -24,6 +24,9 @@ struct ScriptedOutbox {
     panic_on_claim: bool,
     /// How long every settle takes (a slow database, or a pool waiting for a connection).
     settle_delay: Duration,
+    /// Settles that fail with a temporary error, having applied nothing, before one succeeds.
+    settle_failures: Mutex<u32>,
+    settle_calls: AtomicUsize,
 }
 
 impl ScriptedOutbox {
@@ -86,6 +89,13 @@ impl OutboxDao for ScriptedOutbox {
 
     async fn settle(&self, _batch: &ClaimedBatch, settlements: &[Settlement]) -> Result<SettleReport> {
         tokio::time::sleep(self.settle_delay).await;
+        self.settle_calls.fetch_add(1, Ordering::SeqCst);
+        if let Ok(mut failures) = self.settle_failures.lock()
+            && *failures > 0
+        {
+            *failures -= 1;
+            return Err(Error::temporary(ErrorKind::Database, "connection lost before commit"));
+        }
         let n = settlements.len() as u64;
         Ok(if self.refuse_settles {
             SettleReport { settled: 0, refused: n }
@@ -94,7 +104,7 @@ impl OutboxDao for ScriptedOutbox {
         })
     }
 
-    async fn recover_stuck(&self, _older_than: Duration, _limit: u32) -> Result<u64> {
+    async fn recover_stuck(&self, _older_than: Duration, _max_recoveries: u32, _limit: u32) -> Result<u64> {
         Ok(0)
     }
 
@@ -348,6 +358,21 @@ async fn refused_settles_are_reported() {
     let engine = start(config, outbox, Arc::new(CountingSender::default()));
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(engine.stats().refused_settles, 3);
+    engine.shutdown(Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// The engine retries a settle as a whole, so a dialect's settle must apply all or nothing: the
+/// retry then finds every row under its token, and nothing is counted as refused.
+#[tokio::test(start_paused = true)]
+async fn a_settle_that_failed_temporarily_is_retried_whole_and_counted_once() {
+    let outbox =
+        Arc::new(ScriptedOutbox { settle_failures: Mutex::new(1), ..ScriptedOutbox::with_pending(3) });
+    let config = outbox_only(Config::builder().event("e", EventSettings::new("t")));
+    let engine = start(config, outbox.clone(), Arc::new(CountingSender::default()));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let stats = engine.stats();
+    assert_eq!(outbox.settle_calls.load(Ordering::SeqCst), 2, "one failed settle, one retry");
+    assert_eq!((stats.delivered, stats.refused_settles, stats.task_errors), (3, 0, 0));
     engine.shutdown(Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
 }
 

@@ -1,0 +1,6 @@
+-- How many times stuck recovery returned a row to PENDING, counted apart from `attempts`: a
+-- crashed worker is not a failed send, but an event that kills every worker sending it must not be
+-- claimed first forever. The recovery that brings a row to `stuck-recovery.max-recoveries` makes
+-- it FAILED. Claims never reset the count; a row re-driven from the DLQ starts again at 0.
+-- Idempotent, so tables created before this column existed get it on the next start.
+ALTER TABLE outbox_events ADD COLUMN IF NOT EXISTS recoveries INTEGER NOT NULL DEFAULT 0;
