@@ -513,9 +513,14 @@ impl OutboxDao for InFlightOutbox {
         self.inner.settle(batch, settlements).await
     }
 
-    async fn recover_stuck(&self, older_than: Duration, limit: u32) -> oncebox_core::Result<u64> {
+    async fn recover_stuck(
+        &self,
+        older_than: Duration,
+        max_recoveries: u32,
+        limit: u32,
+    ) -> oncebox_core::Result<u64> {
         let _guard = self.enter();
-        self.inner.recover_stuck(older_than, limit).await
+        self.inner.recover_stuck(older_than, max_recoveries, limit).await
     }
 
     async fn delete_processed(&self, older_than: Duration, limit: u32) -> oncebox_core::Result<u64> {
