@@ -136,8 +136,15 @@ pub(crate) fn check_reconnect_backoff(key: &str, min: Duration, max: Duration) -
 }
 
 /// Parses `url` as lapin will, so a malformed URL fails at construction with `key` named. The
-/// parser's message never contains the URL once the scheme has been checked.
+/// parser's message never contains the URL once the scheme has been checked. An `amqps://` URL
+/// without TLS compiled in is refused here rather than failing every connection attempt later.
 pub(crate) fn check_url(key: &str, url: &str) -> Result<()> {
+    if url.starts_with("amqps://") && !cfg!(feature = "rustls") {
+        return Err(Error::config(
+            key,
+            "amqps:// needs TLS support: enable the `rustls` feature of oncebox-rabbit (`tls-rustls` of the oncebox facade)",
+        ));
+    }
     url.parse::<lapin::uri::AMQPUri>()
         .map(|_| ())
         .map_err(|problem| Error::config(key, format!("{problem} in {}", redact_url(url))))
@@ -235,6 +242,26 @@ mod tests {
             ["amqp://user@host/vh", "amqp://127.0.0.1:5672", "amqp://host/v@host", "amqps://host:5671"]
         {
             assert_eq!(redact_url(plain), plain);
+        }
+    }
+
+    #[test]
+    fn an_amqps_url_needs_the_rustls_feature() {
+        let url = "amqps://user:s3cret@broker.example.com:5671/%2f";
+        let sender = RabbitSenderConfig::new(url).validate();
+        let listener = crate::RabbitListener::builder(crate::RabbitListenerConfig::new(url, "billing"))
+            .on("order-created", |_event: crate::RabbitEvent<serde_json::Value>| async {
+                Ok(oncebox_core::Consumed::Applied(()))
+            })
+            .build()
+            .map(|_| ());
+        if cfg!(feature = "rustls") {
+            assert!(sender.is_ok() && listener.is_ok(), "{sender:?} {listener:?}");
+        } else {
+            let text = problem(sender);
+            assert!(text.contains("rabbit.url") && text.contains("rustls"), "{text}");
+            let text = problem(listener);
+            assert!(text.contains("rabbit.listener.url") && text.contains("rustls"), "{text}");
         }
     }
 

@@ -7,6 +7,20 @@
 //!   headers, routes by event type to typed handlers and runs each through an
 //!   [`oncebox_core::Inbox`].
 //!
+//! A failing handler is retried in process with exponential backoff, and a message is rejected
+//! only to a dead-letter exchange the listener knows about: without one it is retried or held
+//! unacknowledged, never discarded (see [`RabbitListenerConfig::with_queue_dead_letter_exchange`]).
+//!
+//! # TLS
+//!
+//! `amqps://` needs this crate's `rustls` feature (`tls-rustls` on the `oncebox` facade): lapin
+//! then uses rustls (aws-lc-rs) and verifies the broker's certificate against the operating
+//! system's trust store (on Linux also `SSL_CERT_FILE` / `SSL_CERT_DIR`); there is no switch to
+//! turn verification off. For a managed broker use its DNS name and port 5671 (the default for
+//! `amqps`), e.g. `amqps://user:password@b-1234.mq.eu-west-1.amazonaws.com:5671/%2f`, with
+//! special characters percent-encoded. Without the feature an `amqps://` URL is refused when the
+//! sender or listener is built. Client certificates are not configurable yet.
+//!
 //! ```no_run
 //! use oncebox_core::Sender;
 //! use oncebox_rabbit::{RabbitSender, RabbitSenderConfig};
