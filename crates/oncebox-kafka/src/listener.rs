@@ -260,7 +260,9 @@ impl fmt::Debug for KafkaListener {
 }
 
 /// Partitions whose assignment changed since the loop last looked: their holds no longer apply,
-/// because a (re)assigned partition starts unpaused at its committed offset.
+/// because a (re)assigned partition starts unpaused at its committed offset, and neither do the
+/// offsets this consumer committed there before, because another member may have gone on from
+/// them while it owned the partition.
 #[derive(Default)]
 struct ListenerContext {
     reassigned: Mutex<Vec<(String, i32)>>,
@@ -450,7 +452,10 @@ impl KafkaListener {
             }
         };
         // The per-record commits are asynchronous; one synchronous commit makes sure the last of
-        // them reached the group coordinator before the consumer leaves.
+        // them reached the group coordinator before the consumer leaves. Partitions reassigned
+        // since the loop last looked (it may have stopped right after a rebalance) are left out.
+        let mut holds = HashMap::new();
+        self.forget_reassigned(&consumer, &mut holds, &mut committed);
         let assigned = match consumer.assignment() {
             Ok(list) => partition_keys(&list),
             Err(error) => {
@@ -484,11 +489,13 @@ impl KafkaListener {
                 () = sleep_until_some(next_retry) => None,
                 received = consumer.recv() => Some(received.map(|message| message.detach())),
             };
+            // Rebalance callbacks run inside `recv`, so this sees every change before the records
+            // that follow it.
+            self.forget_reassigned(consumer, &mut holds, committed);
             let Some(received) = received else {
                 self.retry_due(consumer, &mut holds, committed).await;
                 continue;
             };
-            self.forget_reassigned(consumer, &mut holds);
             let record = match received {
                 Ok(record) => record,
                 Err(error) if crate::error::is_fatal(&error) => {
@@ -589,13 +596,25 @@ impl KafkaListener {
         }
     }
 
-    fn forget_reassigned(&self, consumer: &ListenerConsumer, holds: &mut HashMap<PartitionKey, Hold>) {
+    /// Drops what this consumer remembers of partitions revoked or assigned since it last looked:
+    /// their holds, and the offsets it committed there. A revoked partition's next owner may
+    /// commit past this consumer's last offset; if the partition comes back, the old offset would
+    /// otherwise stay in `committed` and the final synchronous commit would write it over the
+    /// newer one, rewinding the group. After an assignment the partition starts at the group's
+    /// committed offset, so only records handled from then on belong in `committed`.
+    fn forget_reassigned(
+        &self,
+        consumer: &ListenerConsumer,
+        holds: &mut HashMap<PartitionKey, Hold>,
+        committed: &mut HashMap<PartitionKey, i64>,
+    ) {
         let reassigned: Vec<PartitionKey> = {
             let mut list = consumer.context().reassigned.lock().unwrap_or_else(PoisonError::into_inner);
             std::mem::take(&mut *list)
         };
         for key in reassigned {
             holds.remove(&key);
+            committed.remove(&key);
         }
     }
 

@@ -541,6 +541,101 @@ async fn a_listener_that_lost_a_partition_does_not_commit_over_its_new_owner(
     Ok(())
 }
 
+/// A partition that moved to another member and came back: the offsets the first member
+/// committed before it lost the partition are stale, because the other member went on from there.
+/// When the first member stops before it handled anything new there, its final synchronous commit
+/// must leave the group's offset at the other member's position.
+async fn a_partition_that_came_back_keeps_the_offset_its_other_owner_committed(
+    harness: Arc<Harness>,
+) -> TestResult {
+    let mut fixture = Fixture::start_with_partitions(&harness, Arc::new(Effect::default()), false, 2).await?;
+    let producer = raw_producer(&fixture.bootstrap).map_err(fail)?;
+    let mut produced = [0i64; 2];
+    let mut partition_of = std::collections::HashMap::new();
+    for index in 0..4 {
+        let partition = (index % 2) as i32;
+        let id = produce_order(&fixture, &producer, partition, index).await?;
+        partition_of.insert(id, partition);
+        produced[partition as usize] += 1;
+    }
+    for _ in 0..4 {
+        fixture.next_outcome().await?;
+    }
+    let (bootstrap, group, topic) = (fixture.bootstrap.clone(), fixture.group.clone(), fixture.topic.clone());
+    let committed_at =
+        |partition: i32| committed_offset_at(&bootstrap, &group, &topic, partition).map_err(fail);
+    eventually("the first member committed both partitions", WAIT, || async {
+        Ok(committed_at(0)? == Some(produced[0]) && committed_at(1)? == Some(produced[1]))
+    })
+    .await?;
+
+    // A second member joins and takes one partition; it handles records there, moving the group's
+    // offset past what the first member committed.
+    let mut second = fixture.spawn(Arc::new(Effect::default())).map_err(fail)?;
+    let deadline = std::time::Instant::now() + 2 * WAIT;
+    let mut index = 4;
+    let moved = loop {
+        if std::time::Instant::now() > deadline {
+            second.stop().await?;
+            return Err(fail(format!(
+                "gave up waiting: the second member handled nothing within {:?}",
+                2 * WAIT
+            )));
+        }
+        for partition in 0..2 {
+            let id = produce_order(&fixture, &producer, partition, index).await?;
+            partition_of.insert(id, partition);
+            produced[partition as usize] += 1;
+            index += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let applied =
+            std::iter::from_fn(|| second.outcomes.try_recv().ok()).find_map(|outcome| match outcome {
+                KafkaOutcome::Applied { id } => partition_of.get(&id).copied(),
+                _ => None,
+            });
+        if let Some(partition) = applied {
+            break partition;
+        }
+    };
+    for _ in 0..3 {
+        let id = produce_order(&fixture, &producer, moved, index).await?;
+        partition_of.insert(id, moved);
+        produced[moved as usize] += 1;
+        index += 1;
+    }
+    let owner_position = produced[moved as usize];
+    eventually("the second member committed every record of its partition", WAIT, || async {
+        Ok(committed_at(moved)? == Some(owner_position))
+    })
+    .await?;
+
+    // The second member leaves; the partition goes back to the first. A poison record there (no
+    // dead-letter topic) shows the first member owns it again without committing anything new.
+    second.stop().await?;
+    produce_raw_to(&producer, &fixture.topic, Some(moved), &[(HEADER_EVENT_TYPE, b"order-created")], b"{}")
+        .await
+        .map_err(fail)?;
+    loop {
+        match fixture.next_outcome().await? {
+            KafkaOutcome::PartitionStopped { partition, offset, .. } if partition == moved => {
+                assert_eq!(offset, owner_position, "the first member resumed at the other owner's offset");
+                break;
+            }
+            KafkaOutcome::Applied { .. } | KafkaOutcome::Duplicate { .. } => {}
+            other => return Err(fail(format!("unexpected outcome: {other:?}"))),
+        }
+    }
+
+    fixture.stop().await?;
+    assert_eq!(
+        committed_at(moved)?,
+        Some(owner_position),
+        "the first member's final commit rewound partition {moved} to the offset it held before losing it"
+    );
+    Ok(())
+}
+
 fn cases() -> Vec<Case<Harness>> {
     vec![
         case!("a_typed_handler_receives_the_decoded_event", a_typed_handler_receives_the_decoded_event),
@@ -561,6 +656,10 @@ fn cases() -> Vec<Case<Harness>> {
         case!(
             "a_listener_that_lost_a_partition_does_not_commit_over_its_new_owner",
             a_listener_that_lost_a_partition_does_not_commit_over_its_new_owner
+        ),
+        case!(
+            "a_partition_that_came_back_keeps_the_offset_its_other_owner_committed",
+            a_partition_that_came_back_keeps_the_offset_its_other_owner_committed
         ),
     ]
 }
