@@ -150,21 +150,10 @@ pub(crate) fn check_url(key: &str, url: &str) -> Result<()> {
         .map_err(|problem| Error::config(key, format!("{problem} in {}", redact_url(url))))
 }
 
-/// The URL with the password of its user info replaced by `***`, for logs and `Debug`.
-///
-/// The user info is everything before the **last** `@` after the scheme: a password may contain
-/// unencoded `/`, `?`, `#` or `@`, so the authority cannot be cut at the first `/` before the `@`
-/// is found. A path or query holding an `@` makes this hide more than the password, never less.
-pub fn redact_url(url: &str) -> String {
-    let user_info_start = url.find("://").map_or(0, |index| index + 3);
-    let Some(at) = url[user_info_start..].rfind('@').map(|index| user_info_start + index) else {
-        return url.to_owned();
-    };
-    match url[user_info_start..at].find(':') {
-        Some(colon) => format!("{}:***{}", &url[..user_info_start + colon], &url[at..]),
-        None => url.to_owned(),
-    }
-}
+/// The URL with the password of its user info (and secret-looking query parameters) replaced by
+/// `***`, for logs and `Debug`: the one rule of `oncebox-core`, where the user info runs to the
+/// **last** `@`, so a password with an unencoded `/`, `?`, `#` or `@` is hidden too.
+pub use oncebox_core::redact::redact_url;
 
 #[cfg(test)]
 mod tests {
