@@ -123,6 +123,12 @@ impl DaoHarness for PgHarness {
         Ok(())
     }
 
+    async fn execute_sql(&self, dialect: &PgDialect, sql: &str) -> Result<()> {
+        let sql = dialect.tables().render(sql);
+        sqlx::raw_sql(AssertSqlSafe(sql)).execute(dialect.pool()).await.map_err(sql_error("executing"))?;
+        Ok(())
+    }
+
     async fn overwrite_headers(
         &self,
         dialect: &PgDialect,

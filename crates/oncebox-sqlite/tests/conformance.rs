@@ -113,6 +113,12 @@ impl DaoHarness for SqliteHarness {
         Ok(())
     }
 
+    async fn execute_sql(&self, dialect: &SqliteDialect, sql: &str) -> Result<()> {
+        let sql = dialect.tables().render(sql);
+        sqlx::raw_sql(AssertSqlSafe(sql)).execute(dialect.pool()).await.map_err(sql_error("executing"))?;
+        Ok(())
+    }
+
     async fn overwrite_headers(
         &self,
         dialect: &SqliteDialect,

@@ -15,7 +15,7 @@ use libtest_mimic::Failed;
 use oncebox_core::event::{DlqFilter, DlqSelection, JobLease};
 use oncebox_core::{
     ClaimedBatch, Dialect, DlqStatus, ErrorKind, EventStatus, Headers, NewOutboxEvent, OutboxDao,
-    OutboxEvent, Settlement,
+    OutboxEvent, SchemaPlan, Settlement,
 };
 use uuid::Uuid;
 
@@ -41,6 +41,7 @@ pub fn cases<H: DaoHarness>() -> Vec<Case<H>> {
         case!("a_stale_claim_token_cannot_settle", a_stale_claim_token_cannot_settle),
         case!("stuck_recovery_keeps_attempts_and_spares_young_rows", stuck_recovery_keeps_attempts),
         case!("stuck_recovery_fails_a_row_after_max_recoveries", stuck_recovery_fails_after_max_recoveries),
+        case!("create_schema_adds_recoveries_to_an_older_outbox_table", create_schema_adds_recoveries),
         case!("clean_up_deletes_only_old_processed_rows_in_batches", clean_up_deletes_old_processed),
         case!("counts_group_by_type_and_status", counts_group_by_type_and_status),
         case!("dlq_transfer_to_keeps_id_and_data", dlq_transfer_to_keeps_id_and_data),
@@ -181,6 +182,7 @@ dao_test! {
     a_stale_claim_token_cannot_settle => a_stale_claim_token_cannot_settle_body;
     stuck_recovery_keeps_attempts => stuck_recovery_keeps_attempts_body;
     stuck_recovery_fails_after_max_recoveries => stuck_recovery_fails_after_max_recoveries_body;
+    create_schema_adds_recoveries => create_schema_adds_recoveries_body;
     clean_up_deletes_old_processed => clean_up_deletes_old_processed_body;
     counts_group_by_type_and_status => counts_group_by_type_and_status_body;
     dlq_transfer_to_keeps_id_and_data => dlq_transfer_to_keeps_id_and_data_body;
@@ -606,6 +608,25 @@ async fn stuck_recovery_fails_after_max_recoveries_body<H: DaoHarness>(
         }
     }
     assert!(outbox.claim(ORDERS, 10).await.map_err(fail)?.is_empty(), "a FAILED row is never claimed");
+    Ok(())
+}
+
+async fn create_schema_adds_recoveries_body<H: DaoHarness>(harness: &H, dialect: &H::Dialect) -> TestResult {
+    // An outbox table as an oncebox without migration 0005 left it, holding a stuck row.
+    harness.execute_sql(dialect, "ALTER TABLE {events} DROP COLUMN recoveries").await.map_err(fail)?;
+    let (published, _) = published_and_claimed(harness, dialect, 1).await?;
+    harness.backdate(dialect, AgedTable::Events, &[], TWO_HOURS).await.map_err(fail)?;
+    let outbox = dialect.outbox_dao();
+    let missing = outbox.recover_stuck(HOUR, 1, 10).await;
+    assert!(missing.is_err(), "recovery needs the recoveries column");
+
+    let everything = SchemaPlan { outbox: true, dlq: true, inbox: true, jobs: true };
+    dialect.create_schema(everything).await.map_err(fail)?;
+    dialect.create_schema(everything).await.map_err(fail)?;
+    assert_eq!(outbox.recover_stuck(HOUR, 1, 10).await.map_err(fail)?, 1);
+    let row = stored(&*outbox, published[0].id).await?;
+    assert_eq!(row.status, EventStatus::Failed, "the existing row starts at 0 recoveries");
+    assert!(row.last_error.is_some_and(|error| error.contains("recovered 1 times")));
     Ok(())
 }
 

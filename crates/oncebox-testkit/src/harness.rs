@@ -111,6 +111,11 @@ pub trait DaoHarness: Send + Sync + 'static {
         text: &str,
     ) -> Result<()>;
 
+    /// Runs `sql` (statements whose table names are written `{events}`, `{dlq}`, `{consumed}`,
+    /// `{jobs}`) on the dialect's tables, for the few cases that must change a table in a way
+    /// every database spells alike, such as dropping a column to stand for an older schema.
+    async fn execute_sql(&self, dialect: &Self::Dialect, sql: &str) -> Result<()>;
+
     /// Releases what `fresh` created (drops tables, deletes files). Called at the end of each test.
     async fn dispose(&self, dialect: Self::Dialect) -> Result<()>;
 
