@@ -12,9 +12,10 @@ pub const DEFAULT_EMERGENCY_TIMEOUT: Duration = Duration::from_secs(120);
 pub const DEFAULT_RECONNECT_MIN: Duration = Duration::from_millis(100);
 /// Default longest wait between reconnection attempts.
 pub const DEFAULT_RECONNECT_MAX: Duration = Duration::from_secs(10);
-/// Longest emergency timeout accepted: 100 years, the engine's own limit on any duration setting.
-/// Longer values are typos, and a deadline computed from one would overflow the clock.
-pub const MAX_EMERGENCY_TIMEOUT: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+/// Longest emergency timeout accepted: the engine's own limit on any duration setting
+/// ([`MAX_SETTING_DURATION`](oncebox_core::config::MAX_SETTING_DURATION), 100 years). Longer values
+/// are typos, and a deadline computed from one would overflow the clock.
+pub const MAX_EMERGENCY_TIMEOUT: Duration = oncebox_core::config::MAX_SETTING_DURATION;
 /// Longest reconnection backoff accepted (one hour), for the sender and the listener: waiting longer
 /// after a broker comes back only prolongs an outage, and a far deadline could overflow the clock.
 pub const MAX_RECONNECT_BACKOFF: Duration = Duration::from_secs(60 * 60);
