@@ -35,7 +35,11 @@ use crate::sender::Sender;
 
 /// The engine's state: `Stopped → Starting → Running (or Idle) → Stopping → Stopped`, and
 /// `Failed` when a task loop dies. It is never `Running` while no task is scheduled.
+///
+/// Non-exhaustive: a health check should match the states it accepts (`Running`, `Idle`) and treat
+/// any other as unhealthy.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Lifecycle {
     /// Not started, or shut down.
     Stopped,
