@@ -168,7 +168,7 @@ fn is_connection_property(key: &str) -> bool {
 /// Defaults: `acks=all`, `enable.idempotence=true`, `message.timeout.ms` = the emergency timeout.
 /// Any other librdkafka producer property passes through with
 /// [`with_producer_property`](Self::with_producer_property) (or `oncebox.kafka.producer.*` in a
-/// file). `Debug` hides passwords and keys.
+/// file). `Debug` shows only the values of known non-secret properties.
 #[derive(Clone, PartialEq, Eq)]
 pub struct KafkaSenderConfig {
     pub(crate) bootstrap_servers: String,
@@ -222,6 +222,7 @@ impl KafkaSenderConfig {
     /// Bounds one `send` call; also becomes `message.timeout.ms`, so librdkafka gives a record up
     /// no later than the batch is settled as failed and a late delivery report can never be counted.
     /// Pass the engine's `oncebox.outbox.sender.emergency-timeout` (`OutboxConfig::emergency_timeout`).
+    /// At most [`MAX_EMERGENCY_TIMEOUT`]; [`validate`](Self::validate) refuses a longer one.
     #[must_use]
     pub fn with_emergency_timeout(mut self, timeout: Duration) -> Self {
         self.emergency_timeout = timeout;
@@ -332,7 +333,8 @@ impl KafkaSenderConfig {
 /// Where and how a [`KafkaListener`](crate::KafkaListener) consumes.
 ///
 /// Offsets are committed by the listener itself, one per message after its handler succeeded, so
-/// `enable.auto.commit=true` is refused. `Debug` hides passwords and keys.
+/// `enable.auto.commit` and `enable.auto.offset.store` accept only a false spelling (`false`, `f`,
+/// `0`). `Debug` shows only the values of known non-secret properties.
 #[derive(Clone, PartialEq, Eq)]
 pub struct KafkaListenerConfig {
     pub(crate) bootstrap_servers: String,
@@ -415,7 +417,8 @@ impl KafkaListenerConfig {
         self
     }
 
-    /// Waits between runs of a failing handler: `min`, doubling per failure, up to `max`.
+    /// Waits between runs of a failing handler: `min`, doubling per failure, up to `max`
+    /// (at most [`MAX_LISTENER_WAIT`]; [`validate`](Self::validate) refuses a longer one).
     #[must_use]
     pub fn with_retry_backoff(mut self, min: Duration, max: Duration) -> Self {
         self.retry_min = min;
@@ -432,7 +435,7 @@ impl KafkaListenerConfig {
     }
 
     /// How long [`KafkaListener::run`](crate::KafkaListener::run) waits, after shutdown was
-    /// requested, for the message in hand.
+    /// requested, for the message in hand. At most [`MAX_LISTENER_WAIT`].
     #[must_use]
     pub fn with_shutdown_grace(mut self, grace: Duration) -> Self {
         self.shutdown_grace = grace;
@@ -807,6 +810,34 @@ mod tests {
         assert_eq!(producer.get("ssl.ca.location"), Some("/etc/ssl/certs/ca.pem"));
         assert_eq!(producer.get("session.timeout.ms"), None, "consumer tuning stays with the consumer");
         assert_eq!(producer.get("acks"), Some("all"));
+    }
+
+    #[test]
+    fn a_managed_cluster_block_configures_both_clients_through_a_yaml_anchor() -> Result<()> {
+        // The snippet of docs/kafka.md.
+        let yaml = "oncebox:
+  kafka:
+    bootstrap-servers: pkc-xxxxx.eu-west-1.aws.confluent.cloud:9092
+    producer: &kafka-security
+      security.protocol: SASL_SSL
+      sasl.mechanisms: PLAIN
+      sasl.username: api-key-4711
+      sasl.password: api-secret-4711
+    consumer: *kafka-security
+";
+        let sender = KafkaSenderConfig::from_yaml_str(yaml)?;
+        let listener = KafkaListenerConfig::from_yaml_str(yaml, "billing", ["orders"])?
+            .with_dead_letter_topic("orders.dlt");
+        for client in
+            [sender.client_config(), listener.client_config(), listener.dead_letter_producer_config()]
+        {
+            assert_eq!(client.get("security.protocol"), Some("SASL_SSL"));
+            assert_eq!(client.get("sasl.mechanisms"), Some("PLAIN"));
+            assert_eq!(client.get("sasl.password"), Some("api-secret-4711"));
+        }
+        assert!(!format!("{sender:?}{listener:?}").contains("4711"));
+        assert!(format!("{sender:?}").contains("SASL_SSL"));
+        Ok(())
     }
 
     /// Values of properties that carry credentials, as a managed cluster needs them.

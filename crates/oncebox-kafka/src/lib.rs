@@ -25,6 +25,40 @@
 //! sender.flush(Duration::from_secs(10)).await?;
 //! # Ok(()) }
 //! ```
+//!
+//! # TLS and SASL
+//!
+//! The crate feature `ssl` builds librdkafka against the system OpenSSL; it is needed for
+//! `security.protocol=SSL`/`SASL_SSL` and for the SASL mechanisms `SCRAM-SHA-256/512` and
+//! `OAUTHBEARER` (SASL `PLAIN` is built in). Security settings are librdkafka properties, given to
+//! the sender as producer properties and to the listener as consumer properties (its dead-letter
+//! producer takes them over). A managed cluster such as Confluent Cloud or Amazon MSK needs:
+//!
+//! ```
+//! use oncebox_kafka::{KafkaListenerConfig, KafkaSenderConfig};
+//!
+//! let security = [
+//!     ("security.protocol", "SASL_SSL"),
+//!     ("sasl.mechanisms", "SCRAM-SHA-512"), // PLAIN for Confluent Cloud
+//!     ("sasl.username", "billing"),
+//!     ("sasl.password", "from-a-secret-store"),
+//!     // ("ssl.ca.location", "/path/to/ca.pem"), only for a private CA
+//! ];
+//! let bootstrap = "b-1.example.kafka.eu-west-1.amazonaws.com:9096";
+//! let sender = security
+//!     .iter()
+//!     .fold(KafkaSenderConfig::new(bootstrap), |config, (key, value)| config.with_producer_property(*key, *value));
+//! let listener = security.iter().fold(
+//!     KafkaListenerConfig::new(bootstrap, "billing", ["orders"]),
+//!     |config, (key, value)| config.with_consumer_property(*key, *value),
+//! );
+//! assert!(sender.validate().is_ok() && listener.validate().is_ok());
+//! assert!(!format!("{sender:?}").contains("from-a-secret-store"));
+//! ```
+//!
+//! `Debug` of both configurations shows only known non-secret property values, and a property
+//! librdkafka refuses is named in the error without its value. See `docs/kafka.md` for the YAML
+//! form and the settings per managed service.
 #![deny(missing_docs)]
 
 mod config;
@@ -34,7 +68,7 @@ mod sender;
 
 pub use config::{
     DEFAULT_EMERGENCY_TIMEOUT, DEFAULT_RETRY_MAX, DEFAULT_RETRY_MIN, DEFAULT_SHUTDOWN_GRACE,
-    KafkaListenerConfig, KafkaSenderConfig,
+    KafkaListenerConfig, KafkaSenderConfig, MAX_EMERGENCY_TIMEOUT, MAX_LISTENER_WAIT,
 };
 pub use listener::{
     HEADER_DEAD_LETTER_REASON, HEADER_DEAD_LETTER_SOURCE, KafkaEvent, KafkaListener, KafkaListenerBuilder,

@@ -289,6 +289,24 @@ mod tests {
     }
 
     #[test]
+    fn tls_and_scram_work_exactly_with_the_ssl_feature() {
+        let config = KafkaSenderConfig::new("127.0.0.1:1")
+            .with_producer_property("security.protocol", "SASL_SSL")
+            .with_producer_property("sasl.mechanisms", "SCRAM-SHA-512")
+            .with_producer_property("sasl.username", "billing")
+            .with_producer_property("sasl.password", "scram-4711");
+        let created = KafkaSender::new(config);
+        // Creating the producer does not connect, so no broker is needed.
+        #[cfg(feature = "ssl")]
+        assert!(created.is_ok(), "{created:?}");
+        #[cfg(not(feature = "ssl"))]
+        {
+            let text = created.err().map(|error| error.to_string()).unwrap_or_default();
+            assert!(text.contains("kafka.producer") && !text.contains("4711"), "{text}");
+        }
+    }
+
+    #[test]
     fn sender_is_send_sync() {
         fn assert_send_sync<T: Send + Sync + 'static>() {}
         assert_send_sync::<KafkaSender>();
