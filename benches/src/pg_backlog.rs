@@ -95,7 +95,7 @@ impl Bench {
 
     /// Empties the outbox, refills it from the template backlog and runs `VACUUM ANALYZE`.
     pub async fn reset_backlog(&self, expected: u64) -> BenchResult<()> {
-        self.execute(&format!("TRUNCATE {}", self.tables.events)).await?;
+        self.execute(&format!("TRUNCATE {}", self.tables.events())).await?;
         let copied =
             sqlx::query(AssertSqlSafe(self.sql(COPY_BACKLOG))).execute(&self.pool).await?.rows_affected();
         if copied != expected {
@@ -106,12 +106,12 @@ impl Bench {
 
     /// `VACUUM ANALYZE` of the drained outbox table.
     pub async fn vacuum(&self) -> BenchResult<()> {
-        self.execute(&format!("VACUUM ANALYZE {}", self.tables.events)).await
+        self.execute(&format!("VACUUM ANALYZE {}", self.tables.events())).await
     }
 
     /// Rows not yet PROCESSED.
     pub async fn pending(&self) -> BenchResult<i64> {
-        let sql = format!("SELECT count(*) FROM {} WHERE status <> 'PROCESSED'", self.tables.events);
+        let sql = format!("SELECT count(*) FROM {} WHERE status <> 'PROCESSED'", self.tables.events());
         Ok(sqlx::query_scalar(AssertSqlSafe(sql)).fetch_one(&self.pool).await?)
     }
 
@@ -119,8 +119,7 @@ impl Bench {
     pub async fn drop_everything(&self) -> BenchResult<()> {
         let names = [&self.tables, self.template.tables()]
             .iter()
-            .flat_map(|tables| [&tables.events, &tables.dlq, &tables.consumed, &tables.jobs])
-            .map(String::as_str)
+            .flat_map(|tables| [tables.events(), tables.dlq(), tables.consumed(), tables.jobs()])
             .collect::<Vec<_>>()
             .join(", ");
         self.execute(&format!("DROP TABLE IF EXISTS {names}, {}orders", self.tables.prefix())).await

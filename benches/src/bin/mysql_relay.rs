@@ -79,9 +79,13 @@ async fn run(args: Args, url: String) -> BenchResult<()> {
     let bench = Bench { pool, dialect, tables };
     let outcome = phases(&bench, &args).await;
     let orders = format!("{}orders", bench.tables.prefix());
-    for table in
-        [&bench.tables.events, &bench.tables.dlq, &bench.tables.consumed, &bench.tables.jobs, &orders]
-    {
+    for table in [
+        bench.tables.events(),
+        bench.tables.dlq(),
+        bench.tables.consumed(),
+        bench.tables.jobs(),
+        orders.as_str(),
+    ] {
         bench.execute(format!("DROP TABLE IF EXISTS {table}")).await?;
     }
     outcome
@@ -146,16 +150,16 @@ async fn reset_backlog(bench: &Bench) -> BenchResult<()> {
         .execute(format!(
             "UPDATE {} SET status = 'PENDING', claim_token = NULL, attempts = 0, processed_at = NULL, \
              next_retry_at = created_at, updated_at = created_at",
-            bench.tables.events
+            bench.tables.events()
         ))
         .await?;
-    bench.execute(format!("ANALYZE TABLE {}", bench.tables.events)).await?;
+    bench.execute(format!("ANALYZE TABLE {}", bench.tables.events())).await?;
     Ok(())
 }
 
 /// The hand-written loop: what any relay on this schema must do at least.
 async fn raw_drain(bench: &Bench, workers: usize, batch_size: u32, events: u64) -> BenchResult<Duration> {
-    let table = bench.tables.events.clone();
+    let table = bench.tables.events().to_owned();
     let index = format!("{}outbox_events_claim", bench.tables.prefix());
     let drained = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
@@ -230,7 +234,7 @@ async fn engine_drain(bench: &Bench, args: &Args) -> BenchResult<Duration> {
     parts.sender = Some(Arc::new(broker));
     let started = Instant::now();
     let engine = Engine::start(parts)?;
-    let processed_sql = format!("SELECT COUNT(*) FROM {} WHERE status = 'PROCESSED'", bench.tables.events);
+    let processed_sql = format!("SELECT COUNT(*) FROM {} WHERE status = 'PROCESSED'", bench.tables.events());
     let elapsed = loop {
         tokio::time::sleep(Duration::from_millis(20)).await;
         if engine.stats().delivered >= args.events {
@@ -255,7 +259,7 @@ async fn engine_drain(bench: &Bench, args: &Args) -> BenchResult<Duration> {
 
 async fn publish_overhead(bench: &Bench, iterations: usize) -> BenchResult<()> {
     let orders = format!("{}orders", bench.tables.prefix());
-    bench.execute(format!("TRUNCATE TABLE {}", bench.tables.events)).await?;
+    bench.execute(format!("TRUNCATE TABLE {}", bench.tables.events())).await?;
     bench
         .execute(format!(
             "CREATE TABLE {orders} (id BINARY(16) NOT NULL PRIMARY KEY, customer VARCHAR(64) NOT NULL, \
@@ -267,7 +271,7 @@ async fn publish_overhead(bench: &Bench, iterations: usize) -> BenchResult<()> {
         "INSERT INTO {} (id, event_type, payload, payload_type, headers, partition_key, status, attempts, \
          next_retry_at, created_at, updated_at) VALUES (?, ?, ?, ?, '{{}}', NULL, 'PENDING', 0, \
          UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
-        bench.tables.events
+        bench.tables.events()
     );
     let publisher = Publisher::new(bench.dialect.writer(), [EVENT_TYPE.to_owned()]);
     let mut connection = bench.pool.acquire().await?;

@@ -149,7 +149,7 @@ async fn idle_run(
 }
 
 async fn drop_tables(pool: &PgPool, tables: &TableNames) -> BenchResult<()> {
-    let names = [&tables.events, &tables.dlq, &tables.consumed, &tables.jobs].map(String::as_str).join(", ");
+    let names = [tables.events(), tables.dlq(), tables.consumed(), tables.jobs()].join(", ");
     sqlx::raw_sql(AssertSqlSafe(format!("DROP TABLE IF EXISTS {names}"))).execute(pool).await?;
     Ok(())
 }

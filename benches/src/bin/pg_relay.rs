@@ -524,7 +524,7 @@ async fn explain_claims(bench: &Bench, args: &Args) -> BenchResult<()> {
         print_plan(&format!("{label} claim, first batch of a fresh backlog"), &lines);
         let ids: Vec<Uuid> = sqlx::query_scalar(AssertSqlSafe(format!(
             "SELECT id FROM {} WHERE claim_token = $1",
-            bench.tables.events
+            bench.tables.events()
         )))
         .bind(token)
         .fetch_all(&mut *tx)
@@ -689,7 +689,7 @@ impl PublishContext {
 }
 
 async fn publish_phases(bench: &Bench, args: &Args) -> BenchResult<()> {
-    bench.execute(&format!("TRUNCATE {}", bench.tables.events)).await?;
+    bench.execute(&format!("TRUNCATE {}", bench.tables.events())).await?;
     bench.execute(&bench.sql(BUSINESS_TABLE)).await?;
     bench.vacuum().await?;
     let event_types = [EVENT_TYPE.to_owned()];

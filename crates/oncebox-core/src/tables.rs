@@ -3,16 +3,20 @@
 use crate::error::{Error, Result};
 
 /// The four table names, derived from a validated prefix.
+///
+/// The fields are private: these names are spliced into SQL, so the only way to make one is
+/// [`with_prefix`](Self::with_prefix), which validates the prefix; nothing can change them after.
+///
+/// ```compile_fail
+/// let mut names = oncebox_core::TableNames::default();
+/// names.events = "outbox_events; DROP TABLE orders".to_owned(); // private: does not compile
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableNames {
-    /// Outbox rows (`outbox_events`).
-    pub events: String,
-    /// Dead letter queue (`outbox_dlq_events`).
-    pub dlq: String,
-    /// Inbox records (`outbox_consumed_events`).
-    pub consumed: String,
-    /// Job locks (`outbox_jobs`).
-    pub jobs: String,
+    events: String,
+    dlq: String,
+    consumed: String,
+    jobs: String,
     prefix: String,
 }
 
@@ -28,6 +32,26 @@ impl TableNames {
             jobs: format!("{prefix}outbox_jobs"),
             prefix: prefix.to_owned(),
         })
+    }
+
+    /// Outbox rows (`outbox_events`).
+    pub fn events(&self) -> &str {
+        &self.events
+    }
+
+    /// Dead letter queue (`outbox_dlq_events`).
+    pub fn dlq(&self) -> &str {
+        &self.dlq
+    }
+
+    /// Inbox records (`outbox_consumed_events`).
+    pub fn consumed(&self) -> &str {
+        &self.consumed
+    }
+
+    /// Job locks (`outbox_jobs`).
+    pub fn jobs(&self) -> &str {
+        &self.jobs
     }
 
     /// The prefix these names were built from.
@@ -110,7 +134,7 @@ mod tests {
     #[test]
     fn prefixes_are_validated_and_applied() {
         let names = TableNames::with_prefix("shop_").ok();
-        assert_eq!(names.as_ref().map(|n| n.events.as_str()), Some("shop_outbox_events"));
+        assert_eq!(names.as_ref().map(TableNames::events), Some("shop_outbox_events"));
         assert_eq!(
             names.map(|n| n.render("DELETE FROM {jobs}")),
             Some("DELETE FROM shop_outbox_jobs".into())

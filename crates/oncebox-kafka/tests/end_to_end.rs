@@ -100,7 +100,7 @@ impl Database {
     async fn statuses(&self) -> Result<Vec<(String, i64, Option<String>)>, Failed> {
         let sql = format!(
             "SELECT status, count(*), max(last_error) FROM {} GROUP BY status ORDER BY status",
-            self.dialect.tables().events
+            self.dialect.tables().events()
         );
         sqlx::query_as(AssertSqlSafe(sql)).fetch_all(self.pool()).await.map_err(fail)
     }
@@ -109,7 +109,11 @@ impl Database {
         let tables = self.dialect.tables();
         let sql = format!(
             "DROP TABLE IF EXISTS {}, {}, {}, {}, {}",
-            tables.events, tables.dlq, tables.consumed, tables.jobs, self.payments
+            tables.events(),
+            tables.dlq(),
+            tables.consumed(),
+            tables.jobs(),
+            self.payments
         );
         sqlx::raw_sql(AssertSqlSafe(sql)).execute(self.pool()).await.map_err(fail)?;
         Ok(())

@@ -28,7 +28,7 @@ pub struct MySqlDlqDao {
 
 impl std::fmt::Debug for MySqlDlqDao {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MySqlDlqDao").field("table", &self.statements.tables.dlq).finish()
+        f.debug_struct("MySqlDlqDao").field("table", &self.statements.tables.dlq()).finish()
     }
 }
 
@@ -53,7 +53,7 @@ impl MySqlDlqDao {
     }
 
     fn table(&self) -> &str {
-        &self.statements.tables.dlq
+        self.statements.tables.dlq()
     }
 
     /// Runs `template` with `first` bound before the ids of `selection`, or `by_type` for an event
@@ -118,7 +118,7 @@ impl DlqDao for MySqlDlqDao {
         }
         // A row that cannot be decoded moves like the others (it failed for that reason); only
         // the list handed back, for the DLQ handler, lacks it.
-        let decoded = MySqlRowFormat::decode_events(&rows, &self.statements.tables.events)?;
+        let decoded = MySqlRowFormat::decode_events(&rows, self.statements.tables.events())?;
         warn_undecodable(&decoded.undecodable);
         let ids: Vec<Uuid> =
             decoded.rows.iter().map(|event| event.id).chain(decoded.undecodable_ids()).collect();

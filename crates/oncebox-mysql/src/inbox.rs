@@ -25,7 +25,7 @@ pub struct MySqlInboxDao {
 
 impl std::fmt::Debug for MySqlInboxDao {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MySqlInboxDao").field("table", &self.statements.tables.consumed).finish()
+        f.debug_struct("MySqlInboxDao").field("table", &self.statements.tables.consumed()).finish()
     }
 }
 

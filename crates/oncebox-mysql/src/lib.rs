@@ -169,7 +169,7 @@ impl MySqlDialect {
     /// Whether the outbox table already has the `recoveries` column.
     async fn events_have_recoveries(&self, connection: &mut sqlx::MySqlConnection) -> Result<bool> {
         let (columns,): (i64,) = sqlx::query_as(self.statements.events_have_recoveries.clone())
-            .bind(self.statements.tables.events.as_str())
+            .bind(self.statements.tables.events())
             .fetch_one(&mut *connection)
             .await
             .context("checking the outbox table's columns")?;

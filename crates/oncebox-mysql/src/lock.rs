@@ -25,7 +25,7 @@ pub struct MySqlJobLock {
 
 impl std::fmt::Debug for MySqlJobLock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MySqlJobLock").field("table", &self.statements.tables.jobs).finish()
+        f.debug_struct("MySqlJobLock").field("table", &self.statements.tables.jobs()).finish()
     }
 }
 

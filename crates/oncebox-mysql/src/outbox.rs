@@ -35,7 +35,7 @@ pub struct MySqlOutboxDao {
 
 impl std::fmt::Debug for MySqlOutboxDao {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MySqlOutboxDao").field("table", &self.statements.tables.events).finish()
+        f.debug_struct("MySqlOutboxDao").field("table", &self.statements.tables.events()).finish()
     }
 }
 
@@ -45,7 +45,7 @@ impl MySqlOutboxDao {
     }
 
     fn table(&self) -> &str {
-        &self.statements.tables.events
+        self.statements.tables.events()
     }
 
     /// Settles the delivered events of a batch with one `UPDATE … WHERE id IN` per chunk, inside

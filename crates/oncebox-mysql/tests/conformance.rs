@@ -58,7 +58,10 @@ impl MySqlHarness {
         let tables = dialect.tables();
         let sql = format!(
             "DROP TABLE IF EXISTS {}, {}, {}, {}",
-            tables.events, tables.dlq, tables.consumed, tables.jobs
+            tables.events(),
+            tables.dlq(),
+            tables.consumed(),
+            tables.jobs()
         );
         sqlx::raw_sql(AssertSqlSafe(sql)).execute(dialect.pool()).await.map_err(sql_error("dropping"))?;
         Ok(())

@@ -27,7 +27,7 @@ pub struct PgDlqDao {
 
 impl std::fmt::Debug for PgDlqDao {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PgDlqDao").field("table", &self.statements.tables.dlq).finish()
+        f.debug_struct("PgDlqDao").field("table", &self.statements.tables.dlq()).finish()
     }
 }
 
@@ -37,7 +37,7 @@ impl PgDlqDao {
     }
 
     fn table(&self) -> &str {
-        &self.statements.tables.dlq
+        self.statements.tables.dlq()
     }
 }
 
@@ -62,7 +62,7 @@ impl DlqDao for PgDlqDao {
             .context("moving failed events to the DLQ")?;
         // The rows have moved whatever they hold; one that cannot be decoded (it failed for that
         // reason) is only left out of the list handed back, for the DLQ handler.
-        let decoded = PgRowFormat::decode_events(&rows, &self.statements.tables.events)?;
+        let decoded = PgRowFormat::decode_events(&rows, self.statements.tables.events())?;
         warn_undecodable(&decoded.undecodable);
         let mut moved = decoded.rows;
         moved.sort_by_key(|event| (event.updated_at, event.id));

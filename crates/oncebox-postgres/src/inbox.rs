@@ -23,7 +23,7 @@ pub struct PgInboxDao {
 
 impl std::fmt::Debug for PgInboxDao {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PgInboxDao").field("table", &self.statements.tables.consumed).finish()
+        f.debug_struct("PgInboxDao").field("table", &self.statements.tables.consumed()).finish()
     }
 }
 

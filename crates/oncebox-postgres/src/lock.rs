@@ -24,7 +24,7 @@ pub struct PgJobLock {
 
 impl std::fmt::Debug for PgJobLock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PgJobLock").field("table", &self.statements.tables.jobs).finish()
+        f.debug_struct("PgJobLock").field("table", &self.statements.tables.jobs()).finish()
     }
 }
 

@@ -30,7 +30,7 @@ pub struct PgOutboxDao {
 
 impl std::fmt::Debug for PgOutboxDao {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PgOutboxDao").field("table", &self.statements.tables.events).finish()
+        f.debug_struct("PgOutboxDao").field("table", &self.statements.tables.events()).finish()
     }
 }
 
@@ -40,7 +40,7 @@ impl PgOutboxDao {
     }
 
     fn table(&self) -> &str {
-        &self.statements.tables.events
+        self.statements.tables.events()
     }
 }
 

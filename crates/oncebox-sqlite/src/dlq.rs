@@ -26,7 +26,7 @@ pub struct SqliteDlqDao {
 
 impl std::fmt::Debug for SqliteDlqDao {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqliteDlqDao").field("table", &self.statements.tables.dlq).finish()
+        f.debug_struct("SqliteDlqDao").field("table", &self.statements.tables.dlq()).finish()
     }
 }
 
@@ -36,7 +36,7 @@ impl SqliteDlqDao {
     }
 
     fn table(&self) -> &str {
-        &self.statements.tables.dlq
+        self.statements.tables.dlq()
     }
 }
 

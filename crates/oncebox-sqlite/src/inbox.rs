@@ -24,7 +24,7 @@ pub struct SqliteInboxDao {
 
 impl std::fmt::Debug for SqliteInboxDao {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqliteInboxDao").field("table", &self.statements.tables.consumed).finish()
+        f.debug_struct("SqliteInboxDao").field("table", &self.statements.tables.consumed()).finish()
     }
 }
 
@@ -74,7 +74,7 @@ impl InboxDao for SqliteInboxDao {
             .fetch_all(&self.pool)
             .await
             .context("looking up consumed events")?;
-        let table = self.statements.tables.consumed.as_str();
+        let table = self.statements.tables.consumed();
         let mut recorded =
             rows.iter().map(|(text,)| decode_id(text, table)).collect::<Result<HashSet<Uuid>>>()?;
         Ok(ids.iter().copied().filter(|id| recorded.remove(id)).collect())

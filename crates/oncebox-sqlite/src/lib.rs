@@ -168,7 +168,7 @@ impl Dialect for SqliteDialect {
         if plan.outbox {
             // Tables created before `recoveries` existed get it; SQLite has no ADD COLUMN IF NOT EXISTS.
             let (columns,): (i64,) = sqlx::query_as(self.statements.events_have_recoveries.clone())
-                .bind(self.statements.tables.events.as_str())
+                .bind(self.statements.tables.events())
                 .fetch_one(&mut *tx)
                 .await
                 .context(context)?;

@@ -23,7 +23,7 @@ pub struct SqliteJobLock {
 
 impl std::fmt::Debug for SqliteJobLock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqliteJobLock").field("table", &self.statements.tables.jobs).finish()
+        f.debug_struct("SqliteJobLock").field("table", &self.statements.tables.jobs()).finish()
     }
 }
 

@@ -27,7 +27,7 @@ pub struct SqliteOutboxDao {
 
 impl std::fmt::Debug for SqliteOutboxDao {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqliteOutboxDao").field("table", &self.statements.tables.events).finish()
+        f.debug_struct("SqliteOutboxDao").field("table", &self.statements.tables.events()).finish()
     }
 }
 
@@ -37,7 +37,7 @@ impl SqliteOutboxDao {
     }
 
     fn table(&self) -> &str {
-        &self.statements.tables.events
+        self.statements.tables.events()
     }
 }
 

@@ -99,7 +99,7 @@ pub(crate) async fn record_many(
         .fetch_all(connection)
         .await
         .context("recording consumed events")?;
-    let table = statements.tables.consumed.as_str();
+    let table = statements.tables.consumed();
     let mut new: HashSet<Uuid> =
         rows.iter().map(|(text,)| decode_id(text, table)).collect::<Result<HashSet<Uuid>>>()?;
     // `remove` keeps a duplicate in the input from being reported twice.

@@ -23,10 +23,10 @@ impl AgedTable {
     /// The table's name in `tables`.
     pub fn name(self, tables: &TableNames) -> &str {
         match self {
-            AgedTable::Events => &tables.events,
-            AgedTable::Dlq => &tables.dlq,
-            AgedTable::Consumed => &tables.consumed,
-            AgedTable::Jobs => &tables.jobs,
+            AgedTable::Events => tables.events(),
+            AgedTable::Dlq => tables.dlq(),
+            AgedTable::Consumed => tables.consumed(),
+            AgedTable::Jobs => tables.jobs(),
         }
     }
 

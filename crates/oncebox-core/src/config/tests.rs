@@ -44,7 +44,7 @@ fn defaults_follow_the_seed_except_the_event_initial_delay() {
     assert!(outbox.dlq.is_none(), "DLQ is off unless enabled");
     assert!(config.inbox.is_none());
     assert!(config.tables.auto_create);
-    assert_eq!(config.tables.names.events, "outbox_events");
+    assert_eq!(config.tables.names.events(), "outbox_events");
 }
 
 #[test]
@@ -306,7 +306,7 @@ fn the_builder_validates_like_a_file() {
         .table_prefix("shop_")
         .build()
         .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(config.tables.names.dlq, "shop_outbox_dlq_events");
+    assert_eq!(config.tables.names.dlq(), "shop_outbox_dlq_events");
     assert_eq!(config.event("e").map(|e| e.max_retries).ok(), Some(1));
     let unknown = config.event("nope").err().map(|e| e.to_string()).unwrap_or_default();
     assert_names(&unknown, "'nope'");

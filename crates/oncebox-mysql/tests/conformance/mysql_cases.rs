@@ -99,7 +99,7 @@ async fn insert_passes_open_claim(
         .await
         .map_err(fail)?;
     writer.execute("SET SESSION innodb_lock_wait_timeout = 1").await.map_err(fail)?;
-    let table = &dialect.tables().events;
+    let table = &dialect.tables().events();
     let prefix = dialect.tables().prefix();
     claimer.execute("START TRANSACTION").await.map_err(fail)?;
     // The claim's own locking read, as the dialect sends it, with a limit above the backlog.
@@ -152,7 +152,7 @@ async fn claim_uses_the_claim_index(harness: Arc<MySqlHarness>) -> TestResult {
         for event_type in [ORDERS, "payment-received"] {
             harness.publish(&dialect, &new_events(event_type, 200), true).await.map_err(fail)?;
         }
-        let table = &dialect.tables().events;
+        let table = &dialect.tables().events();
         let prefix = dialect.tables().prefix();
         let plan = sqlx::query(AssertSqlSafe(format!(
             "EXPLAIN SELECT id FROM {table} FORCE INDEX ({prefix}outbox_events_claim) \
@@ -193,7 +193,7 @@ async fn failed_settle_is_retried_without_refusals(harness: Arc<MySqlHarness>) -
                 _ => Settlement::Retry { id: event.id, delay: Duration::from_secs(10), error: "nack".into() },
             })
             .collect();
-        let table = &dialect.tables().events;
+        let table = &dialect.tables().events();
         let trigger = format!("{}refuse_retries", dialect.tables().prefix());
         sqlx::raw_sql(AssertSqlSafe(format!(
             "CREATE TRIGGER {trigger} BEFORE UPDATE ON {table} FOR EACH ROW \

@@ -88,7 +88,7 @@ async fn start(
 /// Counts INSERT statements on the events table with a statement-level trigger, whatever their
 /// row count; returns the query that reads the count.
 async fn count_insert_statements(dialect: &PgDialect) -> Result<String, Failed> {
-    let events = dialect.tables().events.clone();
+    let events = dialect.tables().events().to_owned();
     execute(
         dialect,
         format!(
@@ -105,7 +105,7 @@ async fn count_insert_statements(dialect: &PgDialect) -> Result<String, Failed> 
 }
 
 async fn stop_counting_insert_statements(dialect: &PgDialect) -> TestResult {
-    let events = dialect.tables().events.clone();
+    let events = dialect.tables().events().to_owned();
     execute(dialect, format!("DROP TABLE {events}_statements; DROP FUNCTION {events}_count() CASCADE;")).await
 }
 
@@ -194,7 +194,7 @@ async fn explain(dialect: &PgDialect, template: &str, binds: &[i64]) -> Result<S
 
 async fn queries_use_partial_indexes(harness: Arc<PgHarness>) -> TestResult {
     with_fresh(harness, |harness, dialect| async move {
-        let events = dialect.tables().events.clone();
+        let events = dialect.tables().events().to_owned();
         for _ in 0..5 {
             harness.publish(&dialect, &new_events(ORDERS, 1000), true).await.map_err(fail)?;
         }
@@ -250,7 +250,11 @@ async fn concurrent_create_schema(harness: Arc<PgHarness>) -> TestResult {
         let inbox_only = SchemaPlan { inbox: true, ..SchemaPlan::default() };
         first.create_schema(inbox_only).await.map_err(fail)?;
         let names = table_names(&first).await?;
-        assert_eq!(names, vec![first.tables().consumed.clone()], "an inbox-only plan creates only the inbox");
+        assert_eq!(
+            names,
+            vec![first.tables().consumed().to_owned()],
+            "an inbox-only plan creates only the inbox"
+        );
         let everything = SchemaPlan { outbox: true, dlq: true, inbox: true, jobs: true };
         let mut tasks = Vec::new();
         for dialect in &dialects {
@@ -264,8 +268,12 @@ async fn concurrent_create_schema(harness: Arc<PgHarness>) -> TestResult {
         let mut names = table_names(&first).await?;
         names.sort();
         let tables = first.tables();
-        let mut expected =
-            vec![tables.events.clone(), tables.dlq.clone(), tables.consumed.clone(), tables.jobs.clone()];
+        let mut expected = vec![
+            tables.events().to_owned(),
+            tables.dlq().to_owned(),
+            tables.consumed().to_owned(),
+            tables.jobs().to_owned(),
+        ];
         expected.sort();
         assert_eq!(names, expected);
         Ok::<_, Failed>(())
@@ -290,7 +298,7 @@ async fn columns_are_native_types(harness: Arc<PgHarness>) -> TestResult {
         let rows: Vec<(String, String)> = sqlx::query_as(
             "SELECT column_name::text, data_type::text FROM information_schema.columns WHERE table_name = $1",
         )
-        .bind(&dialect.tables().events)
+        .bind(dialect.tables().events())
         .fetch_all(dialect.pool())
         .await
         .map_err(fail)?;
@@ -313,7 +321,7 @@ async fn damaged_headers_are_decode_errors(harness: Arc<PgHarness>) -> TestResul
         let events = new_events(ORDERS, 1);
         harness.publish(&dialect, &events, true).await.map_err(fail)?;
         let id = events[0].id;
-        let table = dialect.tables().events.clone();
+        let table = dialect.tables().events().to_owned();
         execute(&dialect, format!("UPDATE {table} SET headers = '[1, 2]' WHERE id = '{id}'")).await?;
         let error =
             dialect.outbox_dao().get(id).await.err().ok_or_else(|| fail("bad headers should not decode"))?;
@@ -336,7 +344,7 @@ async fn lock_timeout_is_temporary(harness: Arc<PgHarness>) -> TestResult {
         let pool = PgPoolOptions::new().max_connections(1).connect_with(options).await.map_err(fail)?;
         let impatient = PgDialect::new(pool).with_tables(dialect.tables());
         let mut holder = dialect.pool().begin().await.map_err(fail)?;
-        let jobs = &dialect.tables().jobs;
+        let jobs = &dialect.tables().jobs();
         sqlx::query(AssertSqlSafe(format!("SELECT * FROM {jobs} FOR UPDATE")))
             .execute(&mut *holder)
             .await
@@ -562,7 +570,7 @@ async fn writers_write_identical_rows(harness: Arc<PgHarness>) -> TestResult {
 
         assert_written_alike(&*dialect.outbox_dao(), &by_sqlx, &by_tokio_postgres).await?;
         // The stored text of every column matches too (JSONB normalizes both the same way).
-        let table = &dialect.tables().events;
+        let table = &dialect.tables().events();
         let sql = format!(
             "SELECT event_type, payload, payload_type, headers::text, partition_key, status, attempts,
                     claim_token IS NULL, processed_at IS NULL, last_error IS NULL

@@ -37,7 +37,7 @@ async fn execute(dialect: &SqliteDialect, sql: String) -> TestResult {
 
 async fn damaged_rows_are_decode_errors(harness: Arc<SqliteHarness>) -> TestResult {
     let dialect = harness.fresh().await.map_err(fail)?;
-    let events = dialect.tables().events.clone();
+    let events = dialect.tables().events().to_owned();
     let good = new_events(ORDERS, 1);
     harness.publish(&dialect, &good, true).await.map_err(fail)?;
     let outbox = dialect.outbox_dao();
@@ -123,14 +123,17 @@ async fn create_schema_follows_the_plan(harness: Arc<SqliteHarness>) -> TestResu
     dialect.create_schema(inbox_only).await.map_err(fail)?;
     dialect.create_schema(inbox_only).await.map_err(fail)?;
     let names = table_names(&dialect).await.map_err(fail)?;
-    assert!(names.contains(&tables.consumed), "{names:?}");
-    assert!(!names.contains(&tables.events), "an inbox-only plan creates no outbox table: {names:?}");
+    assert!(names.iter().any(|name| name == tables.consumed()), "{names:?}");
+    assert!(
+        !names.iter().any(|name| name == tables.events()),
+        "an inbox-only plan creates no outbox table: {names:?}"
+    );
     let everything = SchemaPlan { outbox: true, dlq: true, inbox: true, jobs: true };
     dialect.create_schema(everything).await.map_err(fail)?;
     dialect.create_schema(everything).await.map_err(fail)?;
     let names = table_names(&dialect).await.map_err(fail)?;
-    for table in [&tables.events, &tables.dlq, &tables.consumed, &tables.jobs] {
-        assert!(names.contains(table), "{table} missing from {names:?}");
+    for table in [tables.events(), tables.dlq(), tables.consumed(), tables.jobs()] {
+        assert!(names.iter().any(|name| name == table), "{table} missing from {names:?}");
     }
     dialect.pool().close().await;
     harness.dispose(fresh).await.map_err(fail)
@@ -154,7 +157,7 @@ async fn batch_over_the_parameter_limit(harness: Arc<SqliteHarness>) -> TestResu
 async fn timestamps_are_fixed_width_utc_text(harness: Arc<SqliteHarness>) -> TestResult {
     let dialect = harness.fresh().await.map_err(fail)?;
     harness.publish(&dialect, &new_events(ORDERS, 3), true).await.map_err(fail)?;
-    let sql = format!("SELECT created_at, next_retry_at, id FROM {}", dialect.tables().events);
+    let sql = format!("SELECT created_at, next_retry_at, id FROM {}", dialect.tables().events());
     let rows: Vec<(String, String, String)> =
         sqlx::query_as(AssertSqlSafe(sql)).fetch_all(dialect.pool()).await.map_err(fail)?;
     for (created_at, next_retry_at, id) in rows {
