@@ -9,8 +9,10 @@ use sqlx::{Executor, MySqlPool};
 
 use crate::error::SqlxResultExt;
 
-/// Connections the relay's pool opens at most by default: one claim or settle per poller at a time
-/// plus the background jobs fit comfortably.
+/// Connections the pool opens at most by default. A draining relay holds up to
+/// 2 × min(`thread-pool-size`, event types) of them (a claim ahead beside a settle per poller), so
+/// at `thread-pool-size` 5 it can take all ten: an application sharing this pool should size it as
+/// `docs/mysql.md` ("Pool sizing") says, or give the relay its own.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
 
 /// Set on every connection of a pool made by [`pool_options`]: READ COMMITTED takes no gap

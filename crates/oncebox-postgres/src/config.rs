@@ -5,8 +5,11 @@ use std::str::FromStr;
 use oncebox_core::{Error, Result};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-/// Connections the relay's pool opens at most by default: one claim or settle per poller at a time
-/// plus the background jobs fit comfortably; the wake-up listener has its own connection.
+/// Connections the pool opens at most by default. A draining relay holds up to
+/// 2 × min(`thread-pool-size`, event types) of them (a claim ahead beside a settle per poller), so
+/// at `thread-pool-size` 5 it can take all ten: an application sharing this pool should size it as
+/// `docs/postgres.md` ("Pool sizing") says, or give the relay its own. The wake-up listener has its
+/// own connection.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
 
 /// Connect options for a `postgres://` or `postgresql://` URL. The error never repeats the URL,
