@@ -463,39 +463,58 @@ async fn produce_order(
     Ok(id)
 }
 
-/// A partition that moved to another member in a rebalance now belongs to that member: when the
-/// first member stops, its final synchronous commit must not write its older offset over the one
-/// the new owner committed, or the group would consume those records again.
-async fn a_listener_that_lost_a_partition_does_not_commit_over_its_new_owner(
-    harness: Arc<Harness>,
-) -> TestResult {
-    let mut fixture = Fixture::start_with_partitions(&harness, Arc::new(Effect::default()), false, 2).await?;
-    let producer = raw_producer(&fixture.bootstrap).map_err(fail)?;
-    let mut produced = [0i64; 2];
-    let mut partition_of = std::collections::HashMap::new();
-    for index in 0..6 {
-        let partition = (index % 2) as i32;
-        let id = produce_order(&fixture, &producer, partition, index).await?;
-        partition_of.insert(id, partition);
-        produced[partition as usize] += 1;
+/// Records produced to a two-partition topic, counted per partition, with the partition of each.
+struct Produced {
+    producer: FutureProducer,
+    per_partition: [i64; 2],
+    partition_of: std::collections::HashMap<Uuid, i32>,
+    next_index: u32,
+}
+
+impl Produced {
+    fn new(fixture: &Fixture) -> Result<Self, Failed> {
+        let producer = raw_producer(&fixture.bootstrap).map_err(fail)?;
+        Ok(Self { producer, per_partition: [0; 2], partition_of: Default::default(), next_index: 0 })
     }
-    for _ in 0..6 {
+
+    async fn order(&mut self, fixture: &Fixture, partition: i32) -> TestResult {
+        let id = produce_order(fixture, &self.producer, partition, self.next_index).await?;
+        self.partition_of.insert(id, partition);
+        self.per_partition[partition as usize] += 1;
+        self.next_index += 1;
+        Ok(())
+    }
+
+    fn on(&self, partition: i32) -> i64 {
+        self.per_partition[partition as usize]
+    }
+}
+
+/// Starts a listener on a two-partition topic, has it handle and commit `warm_up` records, then
+/// starts a second member of its group and produces to both partitions until the second member
+/// handles one: the partition the group moved to it is returned with the second member.
+async fn split_a_group_of_two(
+    harness: &Harness,
+    warm_up: u32,
+) -> Result<(Fixture, Running, Produced, i32), Failed> {
+    let mut fixture = Fixture::start_with_partitions(harness, Arc::new(Effect::default()), false, 2).await?;
+    let mut produced = Produced::new(&fixture)?;
+    for index in 0..warm_up {
+        produced.order(&fixture, (index % 2) as i32).await?;
+    }
+    for _ in 0..warm_up {
         fixture.next_outcome().await?;
     }
-    let (bootstrap, group, topic) = (fixture.bootstrap.clone(), fixture.group.clone(), fixture.topic.clone());
-    let committed_at =
-        |partition: i32| committed_offset_at(&bootstrap, &group, &topic, partition).map_err(fail);
+    let first_commits = [produced.on(0), produced.on(1)];
     eventually("the first member committed both partitions", WAIT, || async {
-        Ok(committed_at(0)? == Some(produced[0]) && committed_at(1)? == Some(produced[1]))
+        Ok(committed_at(&fixture, 0)? == Some(first_commits[0])
+            && committed_at(&fixture, 1)? == Some(first_commits[1]))
     })
     .await?;
 
-    // A second member joins; records go on arriving on both partitions until it handles one, which
-    // shows which partition the group moved to it.
     let mut second = fixture.spawn(Arc::new(Effect::default())).map_err(fail)?;
     let deadline = std::time::Instant::now() + 2 * WAIT;
-    let mut index = 6;
-    let moved = loop {
+    loop {
         if std::time::Instant::now() > deadline {
             second.stop().await?;
             return Err(fail(format!(
@@ -504,38 +523,47 @@ async fn a_listener_that_lost_a_partition_does_not_commit_over_its_new_owner(
             )));
         }
         for partition in 0..2 {
-            let id = produce_order(&fixture, &producer, partition, index).await?;
-            partition_of.insert(id, partition);
-            produced[partition as usize] += 1;
-            index += 1;
+            produced.order(&fixture, partition).await?;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
         let applied =
             std::iter::from_fn(|| second.outcomes.try_recv().ok()).find_map(|outcome| match outcome {
-                KafkaOutcome::Applied { id } => partition_of.get(&id).copied(),
+                KafkaOutcome::Applied { id } => produced.partition_of.get(&id).copied(),
                 _ => None,
             });
-        if let Some(partition) = applied {
-            break partition;
+        if let Some(moved) = applied {
+            return Ok((fixture, second, produced, moved));
         }
-    };
-    for _ in 0..5 {
-        let id = produce_order(&fixture, &producer, moved, index).await?;
-        partition_of.insert(id, moved);
-        produced[moved as usize] += 1;
-        index += 1;
     }
+}
+
+/// The group's committed offset of one partition of the fixture's topic.
+fn committed_at(fixture: &Fixture, partition: i32) -> Result<Option<i64>, Failed> {
+    committed_offset_at(&fixture.bootstrap, &fixture.group, &fixture.topic, partition).map_err(fail)
+}
+
+/// A partition that moved to another member in a rebalance now belongs to that member: when the
+/// first member stops, its final synchronous commit must not write its older offset over the one
+/// the new owner committed, or the group would consume those records again.
+async fn a_listener_that_lost_a_partition_does_not_commit_over_its_new_owner(
+    harness: Arc<Harness>,
+) -> TestResult {
+    let (mut fixture, second, mut produced, moved) = split_a_group_of_two(&harness, 6).await?;
+    for _ in 0..5 {
+        produced.order(&fixture, moved).await?;
+    }
+    let owner_position = produced.on(moved);
     eventually("the new owner committed every record of the moved partition", WAIT, || async {
-        Ok(committed_at(moved)? == Some(produced[moved as usize]))
+        Ok(committed_at(&fixture, moved)? == Some(owner_position))
     })
     .await?;
 
     fixture.stop().await?;
-    let after_first_stopped = committed_at(moved)?;
+    let after_first_stopped = committed_at(&fixture, moved)?;
     second.stop().await?;
     assert_eq!(
         after_first_stopped,
-        Some(produced[moved as usize]),
+        Some(owner_position),
         "the member that lost partition {moved} committed an older offset over its new owner's"
     );
     Ok(())
@@ -548,74 +576,28 @@ async fn a_listener_that_lost_a_partition_does_not_commit_over_its_new_owner(
 async fn a_partition_that_came_back_keeps_the_offset_its_other_owner_committed(
     harness: Arc<Harness>,
 ) -> TestResult {
-    let mut fixture = Fixture::start_with_partitions(&harness, Arc::new(Effect::default()), false, 2).await?;
-    let producer = raw_producer(&fixture.bootstrap).map_err(fail)?;
-    let mut produced = [0i64; 2];
-    let mut partition_of = std::collections::HashMap::new();
-    for index in 0..4 {
-        let partition = (index % 2) as i32;
-        let id = produce_order(&fixture, &producer, partition, index).await?;
-        partition_of.insert(id, partition);
-        produced[partition as usize] += 1;
-    }
-    for _ in 0..4 {
-        fixture.next_outcome().await?;
-    }
-    let (bootstrap, group, topic) = (fixture.bootstrap.clone(), fixture.group.clone(), fixture.topic.clone());
-    let committed_at =
-        |partition: i32| committed_offset_at(&bootstrap, &group, &topic, partition).map_err(fail);
-    eventually("the first member committed both partitions", WAIT, || async {
-        Ok(committed_at(0)? == Some(produced[0]) && committed_at(1)? == Some(produced[1]))
-    })
-    .await?;
-
-    // A second member joins and takes one partition; it handles records there, moving the group's
-    // offset past what the first member committed.
-    let mut second = fixture.spawn(Arc::new(Effect::default())).map_err(fail)?;
-    let deadline = std::time::Instant::now() + 2 * WAIT;
-    let mut index = 4;
-    let moved = loop {
-        if std::time::Instant::now() > deadline {
-            second.stop().await?;
-            return Err(fail(format!(
-                "gave up waiting: the second member handled nothing within {:?}",
-                2 * WAIT
-            )));
-        }
-        for partition in 0..2 {
-            let id = produce_order(&fixture, &producer, partition, index).await?;
-            partition_of.insert(id, partition);
-            produced[partition as usize] += 1;
-            index += 1;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let applied =
-            std::iter::from_fn(|| second.outcomes.try_recv().ok()).find_map(|outcome| match outcome {
-                KafkaOutcome::Applied { id } => partition_of.get(&id).copied(),
-                _ => None,
-            });
-        if let Some(partition) = applied {
-            break partition;
-        }
-    };
+    let (mut fixture, second, mut produced, moved) = split_a_group_of_two(&harness, 4).await?;
     for _ in 0..3 {
-        let id = produce_order(&fixture, &producer, moved, index).await?;
-        partition_of.insert(id, moved);
-        produced[moved as usize] += 1;
-        index += 1;
+        produced.order(&fixture, moved).await?;
     }
-    let owner_position = produced[moved as usize];
+    let owner_position = produced.on(moved);
     eventually("the second member committed every record of its partition", WAIT, || async {
-        Ok(committed_at(moved)? == Some(owner_position))
+        Ok(committed_at(&fixture, moved)? == Some(owner_position))
     })
     .await?;
 
     // The second member leaves; the partition goes back to the first. A poison record there (no
     // dead-letter topic) shows the first member owns it again without committing anything new.
     second.stop().await?;
-    produce_raw_to(&producer, &fixture.topic, Some(moved), &[(HEADER_EVENT_TYPE, b"order-created")], b"{}")
-        .await
-        .map_err(fail)?;
+    produce_raw_to(
+        &produced.producer,
+        &fixture.topic,
+        Some(moved),
+        &[(HEADER_EVENT_TYPE, b"order-created")],
+        b"{}",
+    )
+    .await
+    .map_err(fail)?;
     loop {
         match fixture.next_outcome().await? {
             KafkaOutcome::PartitionStopped { partition, offset, .. } if partition == moved => {
@@ -629,7 +611,7 @@ async fn a_partition_that_came_back_keeps_the_offset_its_other_owner_committed(
 
     fixture.stop().await?;
     assert_eq!(
-        committed_at(moved)?,
+        committed_at(&fixture, moved)?,
         Some(owner_position),
         "the first member's final commit rewound partition {moved} to the offset it held before losing it"
     );
