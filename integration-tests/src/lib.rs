@@ -1,0 +1,29 @@
+//! Cross-crate suites of oncebox against real servers, through the facade `oncebox`.
+//!
+//! The suites live in `tests/`; this library holds what they share: a [`Store`] per SQL dialect
+//! (connecting instances, the business writes that publish, the inbox-guarded effect, the counts
+//! the accounting reads) and a [`Transport`] per broker (its sender, its listener, creating and
+//! removing a run's topic or queue). Each is chosen by the environment variable that names its
+//! server, as in docs/testing.md; a run gets its own table prefix, topic and queue.
+//!
+//! * `tests/matrix.rs` — one end-to-end scenario for every dialect x transport pair, checked by
+//!   accounting: every committed event delivered at least once, no rolled-back event ever, each
+//!   effect exactly once.
+#![deny(missing_docs)]
+
+pub mod store;
+pub mod transport;
+
+pub use store::{MySqlStore, Names, Order, PgStore, SqliteStore, Store};
+pub use transport::{EventHandler, KafkaTransport, Listening, RabbitTransport, Transport};
+
+/// A name no other run (in this or a concurrent test process) uses, made of `[a-z0-9_]` so that it
+/// is valid as a table prefix, a topic, a group and a queue.
+pub fn fresh_name(prefix: &str) -> String {
+    format!("{prefix}_{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
+}
+
+/// Maps any displayable failure of test plumbing to an oncebox error.
+pub fn plumbing(context: &str, error: impl std::fmt::Display) -> oncebox::Error {
+    oncebox::Error::new(oncebox::ErrorKind::Other, format!("{context}: {error}"))
+}

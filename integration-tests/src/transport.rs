@@ -1,0 +1,269 @@
+//! The broker side of a suite, one [`Transport`] per broker: the real sender the relay uses, the
+//! transport's own listener handing each event to a handler, re-publishing copies of delivered
+//! events, and creating and removing a run's topic or queue.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lapin::options::{ExchangeDeleteOptions, QueueDeclareOptions, QueueDeleteOptions};
+use lapin::types::{FieldTable, ShortString};
+use lapin::{Connection, ConnectionProperties};
+use oncebox::kafka::{KafkaEvent, KafkaListener, KafkaListenerConfig, KafkaSender, KafkaSenderConfig};
+use oncebox::rabbit::{
+    RabbitEvent, RabbitListener, RabbitListenerConfig, RabbitSender, RabbitSenderConfig, RabbitTopology,
+};
+use oncebox::{Consumed, OutboundMessage, Result, Sender};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use uuid::Uuid;
+
+use crate::plumbing;
+use crate::store::{Names, Order, server_url};
+
+/// How long a sender waits for the broker's acknowledgement of a batch.
+const EMERGENCY_TIMEOUT: Duration = Duration::from_secs(5);
+/// A listener retries a failed handler after this, doubling up to [`RETRY_MAX`].
+const RETRY_MIN: Duration = Duration::from_millis(20);
+/// The longest wait before a listener retries a failed handler.
+const RETRY_MAX: Duration = Duration::from_millis(200);
+/// How long a set-up step (topic creation, queue declaration) may take.
+const SET_UP: Duration = Duration::from_secs(30);
+
+/// The future of an [`EventHandler`].
+pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<Consumed<()>>> + Send>>;
+
+/// What a listener does with each delivery: the event id and its decoded payload in, applied or
+/// duplicate out; an error makes the listener retry the delivery.
+pub type EventHandler = Arc<dyn Fn(Uuid, Order) -> HandlerFuture + Send + Sync>;
+
+/// A listener running on its own task.
+pub struct Listening {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<Result<()>>,
+}
+
+impl Listening {
+    fn spawn<F>(run: impl FnOnce(Pin<Box<dyn Future<Output = ()> + Send>>) -> F) -> Self
+    where
+        F: Future<Output = Result<()>> + Send + 'static,
+    {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let shutdown = Box::pin(async move {
+            let _ = stopped.await;
+        });
+        Self { stop, task: tokio::spawn(run(shutdown)) }
+    }
+
+    /// Asks the listener to stop and waits for it; its error, if it failed.
+    pub async fn stop(self) -> Result<()> {
+        let _ = self.stop.send(());
+        self.task.await.map_err(|error| plumbing("the listener task", error))?
+    }
+}
+
+/// One broker under test, named by an environment variable.
+pub trait Transport: Sized + Send + Sync + 'static {
+    /// Short name used in test names (`kafka`, `rabbit`).
+    const NAME: &'static str;
+    /// The variable naming the broker.
+    const VARIABLE: &'static str;
+
+    /// The transport configured by the environment, `None` when its variable is not set.
+    fn from_env() -> Option<Self>;
+
+    /// Creates what must exist before anything is published to `names.destination`.
+    fn prepare(&self, names: &Names) -> impl Future<Output = Result<()>> + Send;
+
+    /// A new sender for the relay.
+    fn sender(&self) -> Result<Arc<dyn Sender>>;
+
+    /// Starts the transport's listener on `names.consumer`, handing every delivery of `event_type`
+    /// to `handler`; returns once deliveries published from now on reach it.
+    fn listen(
+        &self,
+        names: &Names,
+        event_type: &str,
+        handler: EventHandler,
+    ) -> impl Future<Output = Result<Listening>> + Send;
+
+    /// Sends `messages` again through a sender of its own, as the relay does after a lost
+    /// acknowledgement; fails unless the broker acknowledged every one.
+    fn republish(&self, messages: &[OutboundMessage]) -> impl Future<Output = Result<()>> + Send;
+
+    /// Removes the run's topic or queue and exchange.
+    fn dispose(&self, names: &Names) -> impl Future<Output = Result<()>> + Send;
+}
+
+fn all_acknowledged(results: Vec<std::result::Result<(), oncebox::SendError>>) -> Result<()> {
+    for result in results {
+        result.map_err(|error| plumbing("re-publishing a delivered event", error))?;
+    }
+    Ok(())
+}
+
+/// A Kafka-protocol broker at `ONCEBOX_KAFKA_BOOTSTRAP`; each run has its own topic (two
+/// partitions) and consumer group.
+pub struct KafkaTransport {
+    bootstrap: String,
+}
+
+impl KafkaTransport {
+    fn admin(&self) -> Result<AdminClient<DefaultClientContext>> {
+        rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .create()
+            .map_err(|error| plumbing("Kafka admin client", error))
+    }
+}
+
+impl Transport for KafkaTransport {
+    const NAME: &'static str = "kafka";
+    const VARIABLE: &'static str = "ONCEBOX_KAFKA_BOOTSTRAP";
+
+    fn from_env() -> Option<Self> {
+        server_url(Self::VARIABLE).map(|bootstrap| Self { bootstrap })
+    }
+
+    async fn prepare(&self, names: &Names) -> Result<()> {
+        let topic = NewTopic::new(&names.destination, 2, TopicReplication::Fixed(1));
+        let options = AdminOptions::new().operation_timeout(Some(SET_UP));
+        let results = self
+            .admin()?
+            .create_topics(&[topic], &options)
+            .await
+            .map_err(|error| plumbing("creating the topic", error))?;
+        for result in results {
+            result.map_err(|(name, code)| plumbing(&format!("creating topic {name}"), code))?;
+        }
+        Ok(())
+    }
+
+    fn sender(&self) -> Result<Arc<dyn Sender>> {
+        let config = KafkaSenderConfig::new(&self.bootstrap).with_emergency_timeout(EMERGENCY_TIMEOUT);
+        Ok(Arc::new(KafkaSender::new(config)?))
+    }
+
+    async fn listen(&self, names: &Names, event_type: &str, handler: EventHandler) -> Result<Listening> {
+        let config = KafkaListenerConfig::new(&self.bootstrap, &names.consumer, [names.destination.as_str()])
+            .with_retry_backoff(RETRY_MIN, RETRY_MAX);
+        // A fresh group starts at the earliest offset, so nothing published before it joined is missed.
+        let listener = KafkaListener::builder(config)
+            .on(event_type, move |event: KafkaEvent<Order>| handler(event.id, event.payload))
+            .build()?;
+        Ok(Listening::spawn(|shutdown| async move { listener.run(shutdown).await }))
+    }
+
+    async fn republish(&self, messages: &[OutboundMessage]) -> Result<()> {
+        let sender = KafkaSender::new(KafkaSenderConfig::new(&self.bootstrap))?;
+        all_acknowledged(sender.send(messages).await)?;
+        sender.flush(EMERGENCY_TIMEOUT).await
+    }
+
+    async fn dispose(&self, names: &Names) -> Result<()> {
+        let options = AdminOptions::new().operation_timeout(Some(SET_UP));
+        let results = self
+            .admin()?
+            .delete_topics(&[names.destination.as_str()], &options)
+            .await
+            .map_err(|error| plumbing("deleting the topic", error))?;
+        for result in results {
+            result.map_err(|(name, code)| plumbing(&format!("deleting topic {name}"), code))?;
+        }
+        Ok(())
+    }
+}
+
+/// RabbitMQ at `ONCEBOX_AMQP_URL`; each run has its own exchange and queue, declared and bound by
+/// the listener.
+pub struct RabbitTransport {
+    url: String,
+}
+
+impl RabbitTransport {
+    async fn connection(&self) -> Result<Connection> {
+        Connection::connect(&self.url, ConnectionProperties::default())
+            .await
+            .map_err(|error| plumbing("test connection to RabbitMQ", error))
+    }
+
+    /// Waits until `queue` exists: a passive declare on a fresh channel each time, because a failed
+    /// one closes its channel.
+    async fn await_queue(&self, queue: &str) -> Result<()> {
+        let connection = self.connection().await?;
+        let deadline = tokio::time::Instant::now() + SET_UP;
+        loop {
+            let channel =
+                connection.create_channel().await.map_err(|error| plumbing("test channel", error))?;
+            let passive = QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() };
+            let name = ShortString::try_new(queue).map_err(|error| plumbing("queue name", error))?;
+            if channel.queue_declare(name, passive, FieldTable::default()).await.is_ok() {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(plumbing("waiting for the listener", format!("{queue} was never declared")));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Transport for RabbitTransport {
+    const NAME: &'static str = "rabbit";
+    const VARIABLE: &'static str = "ONCEBOX_AMQP_URL";
+
+    fn from_env() -> Option<Self> {
+        server_url(Self::VARIABLE).map(|url| Self { url })
+    }
+
+    async fn prepare(&self, _names: &Names) -> Result<()> {
+        // The listener declares the exchange, the queue and the binding.
+        Ok(())
+    }
+
+    fn sender(&self) -> Result<Arc<dyn Sender>> {
+        let config = RabbitSenderConfig::new(&self.url).with_emergency_timeout(EMERGENCY_TIMEOUT);
+        Ok(Arc::new(RabbitSender::new(config)?))
+    }
+
+    async fn listen(&self, names: &Names, event_type: &str, handler: EventHandler) -> Result<Listening> {
+        let config = RabbitListenerConfig::new(&self.url, &names.consumer)
+            .with_declare(RabbitTopology::new(&names.destination))
+            .with_retry_backoff(RETRY_MIN, RETRY_MAX);
+        let listener = RabbitListener::builder(config)
+            .on(event_type, move |event: RabbitEvent<Order>| handler(event.id, event.payload))
+            .build()?;
+        let listening = Listening::spawn(|shutdown| async move { listener.run(shutdown).await });
+        // Mandatory publishing reports an event unroutable until the queue is bound.
+        self.await_queue(&names.consumer).await?;
+        Ok(listening)
+    }
+
+    async fn republish(&self, messages: &[OutboundMessage]) -> Result<()> {
+        let sender = RabbitSender::new(RabbitSenderConfig::new(&self.url))?;
+        let sent = all_acknowledged(sender.send(messages).await);
+        sender.close().await?;
+        sent
+    }
+
+    async fn dispose(&self, names: &Names) -> Result<()> {
+        let connection = self.connection().await?;
+        let channel = connection.create_channel().await.map_err(|error| plumbing("test channel", error))?;
+        let queue =
+            ShortString::try_new(names.consumer.as_str()).map_err(|error| plumbing("queue name", error))?;
+        channel
+            .queue_delete(queue, QueueDeleteOptions::default())
+            .await
+            .map_err(|error| plumbing("deleting the queue", error))?;
+        let exchange = ShortString::try_new(names.destination.as_str())
+            .map_err(|error| plumbing("exchange name", error))?;
+        channel
+            .exchange_delete(exchange, ExchangeDeleteOptions::default())
+            .await
+            .map_err(|error| plumbing("deleting the exchange", error))?;
+        Ok(())
+    }
+}
