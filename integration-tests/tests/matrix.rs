@@ -236,9 +236,9 @@ async fn run<S: Store, T: Transport>(
     .await?;
 
     let ledger = Ledger::read::<S>(dialect, &names, &committed, &rolled_back, &deliveries).await?;
+    let relayed: Vec<u64> = instances.iter().map(|instance| instance.stats().delivered).collect();
     eprintln!(
-        "{pair}: {ledger}, relays {}, forced failures {}, copies {COPIES}",
-        S::RELAYS,
+        "{pair}: {ledger}; delivered per relay {relayed:?}, forced failures {}, copies {COPIES}",
         deliveries.forced_failures()
     );
     if ledger.holds() { Ok(()) } else { Err(fail(format!("{pair}: {}", ledger.violations()))) }
