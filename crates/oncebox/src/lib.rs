@@ -59,8 +59,9 @@ pub use oncebox_core::{
     ConsumeError, Consumed, ConsumedCache, Dialect, DlqDao, DlqHandler, DlqStatus, EngineHandle, Error,
     ErrorKind, EventMeta, EventStatus, Headers, Inbox, InboxDao, JsonSerializer, NewOutboxEvent, NoCache,
     NoMetrics, OutboundMessage, OutboxDao, OutboxEvent, OutboxMetrics, Publisher, Result, SendError, Sender,
-    SerializedEvent, Serializer, UuidGenerator, UuidV7Generator,
+    SerializedEvent, Serializer, TableNames, UuidGenerator, UuidV7Generator,
 };
+pub use oncebox_core::redact;
 
 /// The embedded SQLite dialect.
 #[cfg(feature = "sqlite")]
