@@ -187,7 +187,8 @@ impl Dialect for PgDialect {
         let context = "creating the oncebox tables";
         let parts = [
             (plan.outbox, &self.statements.schema_events),
-            // Idempotent (ADD COLUMN IF NOT EXISTS): also upgrades tables made before it existed.
+            // Idempotent (adds the column only when the catalog lacks it): also upgrades tables
+            // made before it existed, without locking the table when there is nothing to do.
             (plan.outbox, &self.statements.schema_events_recoveries),
             (plan.dlq, &self.statements.schema_dlq),
             (plan.inbox, &self.statements.schema_consumed),

@@ -35,6 +35,10 @@ pub fn cases() -> Vec<Case<PgHarness>> {
         case!("columns_are_uuid_timestamptz_and_jsonb", columns_are_native_types),
         case!("damaged_headers_are_decode_errors_naming_the_row", damaged_headers_are_decode_errors),
         case!("a_lock_timeout_is_a_temporary_error", lock_timeout_is_temporary),
+        case!(
+            "create_schema_on_existing_tables_does_not_wait_for_readers",
+            create_schema_on_existing_tables_does_not_wait_for_readers
+        ),
         case!("a_nul_character_fails_the_publish_for_good", nul_character_fails_the_publish),
         case!("a_wake_up_delivers_long_before_the_next_poll", wake_up_delivers_before_the_poll),
         case!("without_wake_ups_an_event_waits_for_the_poll", without_wake_ups_event_waits_for_poll),
@@ -358,6 +362,28 @@ async fn lock_timeout_is_temporary(harness: Arc<PgHarness>) -> TestResult {
         assert!(error.to_string().contains("locking job job"), "{error}");
         impatient.pool().close().await;
         Ok(())
+    })
+    .await
+}
+
+/// Every start re-runs the schema: with the tables in place it must not queue behind a long read
+/// of the outbox (an ACCESS EXCLUSIVE lock would, and every publisher would queue behind it).
+async fn create_schema_on_existing_tables_does_not_wait_for_readers(harness: Arc<PgHarness>) -> TestResult {
+    with_fresh(harness, |harness, dialect| async move {
+        let options = connect_options(harness.url()).map_err(fail)?.options([("lock_timeout", "200ms")]);
+        let pool = PgPoolOptions::new().max_connections(1).connect_with(options).await.map_err(fail)?;
+        let restarting = PgDialect::new(pool).with_tables(dialect.tables());
+        let mut reader = dialect.pool().begin().await.map_err(fail)?;
+        let events = dialect.tables().events();
+        sqlx::query(AssertSqlSafe(format!("SELECT count(*) FROM {events}")))
+            .execute(&mut *reader)
+            .await
+            .map_err(fail)?;
+        let everything = SchemaPlan { outbox: true, dlq: true, inbox: true, jobs: true };
+        let created = restarting.create_schema(everything).await;
+        reader.rollback().await.map_err(fail)?;
+        restarting.pool().close().await;
+        created.map_err(|error| fail(format!("create_schema waited for a reader of the outbox: {error}")))
     })
     .await
 }
