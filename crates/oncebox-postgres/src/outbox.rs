@@ -95,22 +95,29 @@ impl OutboxDao for PgOutboxDao {
             .await
             .context(&format!("claiming {event_type}"))?;
         // Each row on its own: one that cannot be read is given up on, and the others are sent.
-        // The claim has committed, so this is a second statement fenced by the claim token; if it
-        // fails, the rows stay IN_PROCESS for stuck recovery, as after any claim whose answer was
-        // lost.
+        // The claim has committed, so this is a second statement fenced by the claim token. If it
+        // fails, the healthy rows are still returned and sent (failing the claim would leave them
+        // IN_PROCESS and charge each a recovery); the bad ones wait for stuck recovery, which
+        // fails them after `max-recoveries`.
         let decoded = PgRowFormat::decode_events(&rows, self.table())?;
         if !decoded.undecodable.is_empty() {
             let (ids, errors): (Vec<Uuid>, Vec<String>) = decoded.undecodable_failures().into_iter().unzip();
             for (id, error) in ids.iter().zip(&errors) {
                 warn!(event_type, %id, %error, "claimed an outbox row that cannot be decoded; marking it FAILED");
             }
-            sqlx::query(self.statements.fail_undecodable.clone())
+            let failed = sqlx::query(self.statements.fail_undecodable.clone())
                 .bind(claim_token)
-                .bind(ids)
+                .bind(&ids)
                 .bind(errors)
                 .execute(&self.pool)
-                .await
-                .context(&format!("failing undecodable rows of {event_type}"))?;
+                .await;
+            if let Err(error) = failed {
+                warn!(
+                    event_type, ids = ?ids, %error,
+                    "could not mark undecodable outbox rows FAILED; stuck recovery will return them and \
+                     fail them after max-recoveries"
+                );
+            }
         }
         let mut events = decoded.rows;
         // RETURNING gives no order guarantee.
