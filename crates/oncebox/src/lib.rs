@@ -54,6 +54,7 @@ use std::time::Duration;
 
 pub use oncebox_core::config::{self, EventSettings, Polling};
 pub use oncebox_core::engine::{Lifecycle, StatsSnapshot, Wakers};
+pub use oncebox_core::redact;
 pub use oncebox_core::{Config, event, hooks};
 pub use oncebox_core::{
     ConsumeError, Consumed, ConsumedCache, Dialect, DlqDao, DlqHandler, DlqStatus, EngineHandle, Error,
@@ -61,7 +62,6 @@ pub use oncebox_core::{
     NoMetrics, OutboundMessage, OutboxDao, OutboxEvent, OutboxMetrics, Publisher, Result, SendError, Sender,
     SerializedEvent, Serializer, TableNames, UuidGenerator, UuidV7Generator,
 };
-pub use oncebox_core::redact;
 
 /// The embedded SQLite dialect.
 #[cfg(feature = "sqlite")]
