@@ -7,15 +7,18 @@
 //!   after an exponential backoff ([`with_retry_backoff`](RabbitListenerConfig::with_retry_backoff),
 //!   200 ms doubling up to 30 s by default), so a database blip of a few seconds costs a few retries
 //!   instead of the message. Once [`max_attempts`](RabbitListenerConfig::with_max_attempts) runs
-//!   have failed, the message is rejected to the queue's dead-letter exchange **if the listener knows
-//!   the queue has one**; otherwise it is never given up: it stays unacknowledged and is retried at
-//!   the backoff (capped at its maximum) for as long as the handler fails, each failure logged at
-//!   ERROR with the event id;
+//!   have failed in this process (a redelivery after a closed channel alone does not count), the
+//!   message is rejected to the queue's dead-letter exchange **if the listener knows the queue has
+//!   one**; otherwise it is never given up: it stays unacknowledged and is retried at the backoff
+//!   (capped at its maximum) for as long as the handler fails, each failure logged at ERROR with the
+//!   event id;
 //! * poison (missing or malformed `oncebox_event_id`, no handler for the event type, a payload the
 //!   handler's type cannot decode) → `basic.reject` without requeue at once when the queue has a
 //!   dead-letter exchange; otherwise the message is **held**: left unacknowledged, logged at ERROR,
-//!   reported as [`ListenerOutcome::Held`], and the listener moves on to the next message. RabbitMQ
-//!   delivers a held message again after the listener reconnects or stops.
+//!   reported as [`ListenerOutcome::Held`], and the listener moves on to the next message. A held
+//!   message occupies a prefetch slot until the channel closes (a reconnect, a stop, or RabbitMQ's
+//!   `consumer_timeout`), when RabbitMQ delivers it again; once every slot holds one the listener
+//!   receives nothing more, so a queue that can receive poison needs a dead-letter exchange.
 //!
 //! The listener knows about a dead-letter exchange when its [topology](RabbitTopology::with_dead_letter)
 //! declares one, or when told with
@@ -47,9 +50,10 @@ use uuid::Uuid;
 use crate::config::redact_url;
 use crate::error::broker;
 
-/// Default number of handler runs of a failing event (the first included, across in-process
-/// retries and broker redeliveries) before it is rejected to the dead-letter exchange. Without a
-/// dead-letter exchange the event is retried beyond it, never discarded.
+/// Default number of failed handler runs of an event seen by this process (the first included,
+/// across in-process retries and redeliveries to this process) before it is rejected to the
+/// dead-letter exchange. Without a dead-letter exchange the event is retried beyond it, never
+/// discarded.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
 /// Default wait before the second run of a failing handler; it doubles per failed run.
 pub const DEFAULT_RETRY_MIN: Duration = Duration::from_millis(200);
@@ -67,6 +71,14 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 /// Failing events whose deliveries this process counts itself, at most.
 const LOCAL_DELIVERY_ENTRIES: usize = 10_000;
+/// How often a wait for a retry checks that the channel is still open. lapin 4 offers no
+/// notification of a channel's closing, and a closed channel has returned the message to the
+/// queue, so the wait would otherwise keep the listener idle for up to the whole backoff.
+const CHANNEL_CHECK_INTERVAL: Duration = Duration::from_millis(250);
+/// A broker delivery count (`x-delivery-count`) above which a message on a queue without a known
+/// dead-letter exchange is logged at ERROR: a quorum queue's `delivery-limit` (20 by default on
+/// RabbitMQ 4) drops the message once its count reaches the limit.
+const DELIVERY_COUNT_WARNING: u64 = 10;
 /// Default number of unacknowledged messages the broker sends ahead.
 pub const DEFAULT_PREFETCH: u16 = 32;
 
@@ -175,8 +187,9 @@ impl RabbitListenerConfig {
         self
     }
 
-    /// Runs of a failing handler (the first included, in-process retries and broker redeliveries
-    /// together) before the message is rejected to the queue's dead-letter exchange. Without a
+    /// Failed runs of a handler seen by this process (the first included, in-process retries and
+    /// redeliveries to this process together; a redelivery caused by a closed channel alone does not
+    /// count) before the message is rejected to the queue's dead-letter exchange. Without a
     /// dead-letter exchange the message is not given up: it stays unacknowledged and is retried at
     /// the backoff, each further failure logged at ERROR.
     #[must_use]
@@ -328,7 +341,7 @@ pub enum ListenerOutcome {
     Retrying {
         /// Event id.
         id: Uuid,
-        /// Failed runs so far (earlier deliveries included).
+        /// Failed runs in this process so far (earlier deliveries to it included).
         attempts: u32,
         /// The wait before the next run.
         retry_in: Duration,
@@ -343,8 +356,9 @@ pub enum ListenerOutcome {
         reason: String,
     },
     /// A poison message on a queue without a dead-letter exchange: left unacknowledged (never
-    /// discarded) and logged at ERROR; the listener goes on with the next messages. RabbitMQ
-    /// delivers it again after the listener reconnects or stops.
+    /// discarded) and logged at ERROR; the listener goes on with the next messages. It occupies a
+    /// prefetch slot until the channel closes, when RabbitMQ delivers it again; when every slot
+    /// holds one the listener receives nothing more until then.
     Held {
         /// Event id, when it could be decoded.
         id: Option<Uuid>,
@@ -488,8 +502,9 @@ pub struct RabbitListener {
     config: RabbitListenerConfig,
     handlers: Arc<HashMap<String, Handler>>,
     outcomes: broadcast::Sender<ListenerOutcome>,
-    /// Handler runs seen by this process per event id, for queues that do not count deliveries
-    /// (classic queues have no `x-delivery-count`). Entries go when the message is settled.
+    /// Failed handler runs seen by this process per event id: the attempt count, kept across a
+    /// redelivery (after a reconnect) of a message that failed here. Entries go when the message is
+    /// settled.
     local_attempts: Arc<Mutex<HashMap<Uuid, u32>>>,
 }
 
@@ -567,6 +582,40 @@ pub fn decode_delivery(delivery: &Delivery) -> Result<RabbitEvent<Vec<u8>>> {
 fn short(what: &str, value: &str) -> Result<ShortString> {
     ShortString::try_new(value)
         .map_err(|error| Error::config(what, "longer than 255 bytes").with_source(error))
+}
+
+/// The broker's delivery count of `delivery` when it is above [`DELIVERY_COUNT_WARNING`] on a
+/// queue without a known dead-letter exchange, where a delivery limit would drop the message.
+fn broker_may_drop(delivery: &Delivery, dead_letters: bool) -> Option<u64> {
+    if dead_letters {
+        return None;
+    }
+    let count = delivery
+        .properties
+        .headers()
+        .as_ref()
+        .and_then(|table| table.inner().get("x-delivery-count").and_then(header_number))?;
+    (count > DELIVERY_COUNT_WARNING).then_some(count)
+}
+
+/// An acknowledgement that lapin did not send because the channel had closed (`Ok(false)`).
+fn channel_lost(what: String) -> Error {
+    Error::temporary(
+        ErrorKind::Broker,
+        format!("{what}: the channel closed first; RabbitMQ delivers the message again"),
+    )
+}
+
+/// Whether `delivery` can still be settled on `channel`.
+fn channel_open(channel: &lapin::Channel, delivery: &Delivery) -> bool {
+    channel.status().connected() && !delivery.acker.poisoned()
+}
+
+/// Completes once `channel` is no longer open (polled; see [`CHANNEL_CHECK_INTERVAL`]).
+async fn channel_closed(channel: &lapin::Channel, delivery: &Delivery) {
+    while channel_open(channel, delivery) {
+        tokio::time::sleep(CHANNEL_CHECK_INTERVAL).await;
+    }
 }
 
 impl RabbitListener {
@@ -716,7 +765,7 @@ impl RabbitListener {
                     if self.config.prefetch != 0 && held.len() >= usize::from(self.config.prefetch) {
                         tracing::error!(
                             queue = %self.config.queue, held = held.len(),
-                            "every prefetch slot holds a poison message: this listener receives nothing more until it reconnects; configure a dead-letter exchange"
+                            "every prefetch slot holds a poison message: this listener receives nothing more (RabbitMQ's consumer_timeout closes the channel after 30 minutes by default, and the messages come back to be held again); the queue needs a dead-letter exchange: an x-dead-letter-exchange argument or policy and with_queue_dead_letter_exchange(), or with_declare with RabbitTopology::with_dead_letter"
                         );
                     }
                 }
@@ -800,16 +849,13 @@ impl RabbitListener {
         Ok(())
     }
 
-    /// The number of the handler run this delivery starts: the broker's delivery count when the
-    /// queue keeps one (quorum queues), or this process's own count of earlier runs, plus one.
-    fn first_attempt(&self, delivery: &Delivery, id: Uuid) -> u32 {
-        let broker_count = delivery
-            .properties
-            .headers()
-            .as_ref()
-            .and_then(|table| table.inner().get("x-delivery-count").and_then(header_number));
-        let local = self
-            .local_attempts
+    /// The number of the handler run this delivery starts: the runs of `id` this process saw fail
+    /// (on earlier deliveries too), plus one. The broker's own count (`x-delivery-count`) is not
+    /// used: it also rises each time a channel closes with the message unacknowledged, even one never
+    /// handed to a handler, so a few reconnects would use up the attempts of messages that never
+    /// failed.
+    fn first_attempt(&self, id: Uuid) -> u32 {
+        self.local_attempts
             .lock()
             .map(|mut counts| {
                 // Entries of events settled by another instance are never removed here; forgetting
@@ -819,12 +865,7 @@ impl RabbitListener {
                 }
                 counts.get(&id).copied().unwrap_or(0).saturating_add(1)
             })
-            .unwrap_or(1);
-        match broker_count {
-            // x-delivery-count counts earlier deliveries, so this one is number count + 1.
-            Some(count) => u32::try_from(count).unwrap_or(u32::MAX).saturating_add(1).max(local),
-            None => local,
-        }
+            .unwrap_or(1)
     }
 
     /// Remembers that `attempts` runs of `id` have failed, for a later redelivery to this process.
@@ -853,7 +894,15 @@ impl RabbitListener {
         delivery: Delivery,
         stopping: &mut watch::Receiver<bool>,
     ) -> Result<Processed> {
-        let event = match decode_delivery(&delivery) {
+        let decoded = decode_delivery(&delivery);
+        if let Some(count) = broker_may_drop(&delivery, self.config.dead_letters()) {
+            tracing::error!(
+                event_id = ?decoded.as_ref().ok().map(|event| event.id), delivery_count = count,
+                routing_key = %delivery.routing_key,
+                "RabbitMQ has delivered this message {count} times and the queue has no known dead-letter exchange: a quorum queue with a delivery limit (20 by default on RabbitMQ 4) drops it once the limit is reached; set the policy `delivery-limit: -1` on the queue or give it a dead-letter exchange"
+            );
+        }
+        let event = match decoded {
             Ok(event) => event,
             Err(error) => return self.give_up(delivery, None, error).await,
         };
@@ -863,15 +912,20 @@ impl RabbitListener {
                 decode_error(format!("no handler for event type '{}' (event {id})", event.event_type));
             return self.give_up(delivery, Some(id), error).await;
         };
-        let mut attempt = self.first_attempt(&delivery, id);
+        let mut attempt = self.first_attempt(id);
         loop {
             let error = match handler(event.clone()).await {
                 Ok(consumed) => {
-                    delivery
+                    let acknowledged = delivery
                         .acker
                         .ack(BasicAckOptions::default())
                         .await
                         .map_err(|error| broker(format!("acknowledging event {id}"), error))?;
+                    if !acknowledged {
+                        // The channel closed under the handler: RabbitMQ delivers the event again
+                        // (the inbox then finds it consumed), so it is neither applied nor settled here.
+                        return Err(channel_lost(format!("acknowledging event {id}")));
+                    }
                     self.settled(id);
                     self.report(if consumed.is_applied() {
                         ListenerOutcome::Applied { id }
@@ -908,8 +962,9 @@ impl RabbitListener {
                 biased;
                 _ = stopping.wait_for(|stop| *stop) => return Ok(Processed::Stopping),
                 () = tokio::time::sleep(retry_in) => {}
+                () = channel_closed(channel, &delivery) => {}
             }
-            if !channel.status().connected() {
+            if !channel_open(channel, &delivery) {
                 // The broker returned the message to the queue with the channel; running the handler
                 // again here could not be acknowledged.
                 return Err(Error::temporary(
@@ -929,7 +984,7 @@ impl RabbitListener {
         if !self.config.dead_letters() {
             tracing::error!(
                 event_id = ?id, routing_key = %delivery.routing_key, error = %reason,
-                "a message cannot be handled and the queue has no dead-letter exchange: it stays unacknowledged (delivered again after a reconnect), never discarded"
+                "a message cannot be handled and the queue has no dead-letter exchange: it stays unacknowledged, never discarded, and occupies a prefetch slot until the channel closes; give the queue a dead-letter exchange so such messages leave it"
             );
             self.report(ListenerOutcome::Held { id, reason: reason.to_string() });
             return Ok(Processed::Held(Box::new(delivery)));
@@ -938,11 +993,18 @@ impl RabbitListener {
             event_id = ?id, routing_key = %delivery.routing_key, error = %reason,
             "rejecting a message to the dead-letter exchange"
         );
-        delivery
+        let rejected = delivery
             .acker
             .reject(BasicRejectOptions { requeue: false })
             .await
             .map_err(|error| broker("rejecting a message", error))?;
+        if !rejected {
+            // Not dead-lettered: the broker returned the message to the queue with the channel.
+            return Err(channel_lost(match id {
+                Some(id) => format!("rejecting event {id}"),
+                None => "rejecting a message".to_owned(),
+            }));
+        }
         if let Some(id) = id {
             self.settled(id);
         }
@@ -1070,6 +1132,40 @@ mod tests {
             base().with_declare(RabbitTopology::new("orders").with_dead_letter("dlx", "dlq")).dead_letters()
         );
         assert!(base().with_queue_dead_letter_exchange().dead_letters());
+    }
+
+    fn counted(count: Option<i64>) -> Delivery {
+        let mut delivery = delivery(&[]);
+        if let Some(count) = count {
+            let mut table = FieldTable::default();
+            table.insert(ShortString::from("x-delivery-count"), AMQPValue::LongLongInt(count));
+            delivery.properties = BasicProperties::default().with_headers(table);
+        }
+        delivery
+    }
+
+    #[test]
+    fn a_high_delivery_count_is_flagged_only_without_a_dead_letter_exchange() {
+        let limit = i64::try_from(DELIVERY_COUNT_WARNING).unwrap_or(i64::MAX);
+        assert_eq!(broker_may_drop(&counted(None), false), None, "classic queues keep no count");
+        assert_eq!(broker_may_drop(&counted(Some(limit)), false), None);
+        assert_eq!(broker_may_drop(&counted(Some(limit + 1)), false), Some(DELIVERY_COUNT_WARNING + 1));
+        assert_eq!(broker_may_drop(&counted(Some(19)), false), Some(19));
+        assert_eq!(broker_may_drop(&counted(Some(19)), true), None, "a dead-letter exchange keeps it");
+    }
+
+    #[test]
+    fn attempts_count_only_failed_runs_of_this_process() -> Result<()> {
+        let listener = RabbitListener::builder(RabbitListenerConfig::new("amqp://host", "billing"))
+            .on("order-created", |_: RabbitEvent<serde_json::Value>| async { Ok(Consumed::Applied(())) })
+            .build()?;
+        let id = Uuid::now_v7();
+        assert_eq!(listener.first_attempt(id), 1, "a message never failed here starts at run one");
+        listener.failed_attempts(id, 3);
+        assert_eq!(listener.first_attempt(id), 4, "a redelivery continues the count of this process");
+        listener.settled(id);
+        assert_eq!(listener.first_attempt(id), 1);
+        Ok(())
     }
 
     #[test]

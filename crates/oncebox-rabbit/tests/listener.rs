@@ -15,7 +15,7 @@ use oncebox_testkit::case;
 use oncebox_testkit::runner::{Case, Suite, TestResult, fail, server_missing};
 
 use fixture::{Effect, Fixture, ListenerHarness, Setup, message_for};
-use support::amqp_url;
+use support::{amqp_url, close_connections_named, connections_named, fresh_name};
 
 async fn a_message_is_applied_once_and_a_redelivered_copy_changes_nothing(
     harness: Arc<ListenerHarness>,
@@ -229,6 +229,107 @@ async fn a_poison_message_without_a_dead_letter_exchange_is_held_not_discarded(
     fixture.finish().await
 }
 
+/// A quorum queue raises `x-delivery-count` each time a message returns to it, also when a
+/// consumer's channel closes before any handler saw the message. Those returns must not count as
+/// failed runs: the message, returned five times, still gets its `max_attempts` (3) runs and is
+/// applied on the third instead of being dead-lettered at its first failure.
+async fn returns_to_the_queue_without_a_failed_run_do_not_use_up_the_attempts(
+    harness: Arc<ListenerHarness>,
+) -> TestResult {
+    let effect = Arc::new(Effect::failing_first(2));
+    let setup = Setup {
+        max_attempts: Some(3),
+        retry_backoff: Some((Duration::from_millis(50), Duration::from_millis(200))),
+        quorum_dead_lettered: true,
+        start_listener: false,
+        ..Setup::plain_queue()
+    };
+    let mut fixture = Fixture::start_with(&harness, effect.clone(), setup).await.map_err(fail)?;
+    let sender = fixture.sender().map_err(fail)?;
+    let message = message_for(&fixture.exchange, 12);
+    fixture.deliver(&sender, &message).await?;
+    let count = fixture.return_to_queue(6).await?;
+    assert!(count.is_some_and(|count| count >= 5), "the broker did not count the returns: {count:?}");
+    fixture.start_listener();
+    for attempts in 1..=2 {
+        let outcome = fixture.next_outcome().await?;
+        assert!(
+            matches!(&outcome, ListenerOutcome::Retrying { id, attempts: a, .. } if *id == message.id && *a == attempts),
+            "run {attempts}: {outcome:?}"
+        );
+    }
+    assert_eq!(fixture.next_outcome().await?, ListenerOutcome::Applied { id: message.id });
+    assert_eq!(effect.calls.load(Ordering::SeqCst), 3);
+    fixture.finish().await
+}
+
+/// The listener's connection is closed while a handler runs: the handler succeeds, but lapin
+/// cannot acknowledge on the closed channel (`Ok(false)`). The listener must not report the event
+/// applied; RabbitMQ delivers it again and the inbox acknowledges it as a duplicate.
+async fn an_acknowledgement_lost_with_the_channel_is_not_reported_as_applied(
+    harness: Arc<ListenerHarness>,
+) -> TestResult {
+    let effect = Arc::new(Effect::holding_first_call());
+    let name = fresh_name("listener");
+    let setup = Setup { connection_name: Some(name.clone()), ..Setup::plain_queue() };
+    let mut fixture = Fixture::start_with(&harness, effect.clone(), setup).await.map_err(fail)?;
+    let sender = fixture.sender().map_err(fail)?;
+    let message = message_for(&fixture.exchange, 13);
+    fixture.deliver(&sender, &message).await?;
+    tokio::time::timeout(fixture::WAIT, effect.entered.notified())
+        .await
+        .map_err(|_| fail("the handler never started"))?;
+    let closed = close_connections_named(&name).map_err(fail)?;
+    assert_eq!(closed, 1, "the listener's connection was not found");
+    // Polled by hand: a closure passed to `eventually` that borrows `name` is not `Send` enough.
+    let deadline = tokio::time::Instant::now() + fixture::WAIT;
+    while !connections_named(&name).is_ok_and(|count| count == 0) {
+        if tokio::time::Instant::now() >= deadline {
+            return Err(fail("the broker kept the listener's connection"));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    effect.release.notify_one();
+    assert_eq!(
+        fixture.next_outcome().await?,
+        ListenerOutcome::Duplicate { id: message.id },
+        "the acknowledgement never reached the broker, so the event came back"
+    );
+    assert_eq!(effect.applied.load(Ordering::SeqCst), 1, "the effect happened once");
+    fixture.finish().await
+}
+
+/// The listener's connection is closed while a failed event waits for its retry (60 s): the
+/// listener notices at once, reconnects, and the redelivered event is applied long before the wait
+/// would have ended.
+async fn a_channel_closed_during_a_retry_wait_is_noticed_before_the_wait_ends(
+    harness: Arc<ListenerHarness>,
+) -> TestResult {
+    let effect = Arc::new(Effect::failing_first(1));
+    let name = fresh_name("listener");
+    let long = Duration::from_secs(60);
+    let setup = Setup {
+        connection_name: Some(name.clone()),
+        retry_backoff: Some((long, long)),
+        ..Setup::plain_queue()
+    };
+    let mut fixture = Fixture::start_with(&harness, effect.clone(), setup).await.map_err(fail)?;
+    let sender = fixture.sender().map_err(fail)?;
+    let message = message_for(&fixture.exchange, 14);
+    fixture.deliver(&sender, &message).await?;
+    let first = fixture.next_outcome().await?;
+    assert!(
+        matches!(&first, ListenerOutcome::Retrying { id, attempts: 1, retry_in, .. } if *id == message.id && *retry_in == long),
+        "{first:?}"
+    );
+    let closed = close_connections_named(&name).map_err(fail)?;
+    assert_eq!(closed, 1, "the listener's connection was not found");
+    // `next_outcome` waits 20 s, a third of the retry wait.
+    assert_eq!(fixture.next_outcome().await?, ListenerOutcome::Applied { id: message.id });
+    assert_eq!(effect.calls.load(Ordering::SeqCst), 2);
+    fixture.finish().await
+}
+
 fn cases() -> Vec<Case<ListenerHarness>> {
     vec![
         case!(
@@ -258,6 +359,18 @@ fn cases() -> Vec<Case<ListenerHarness>> {
         case!(
             "a_poison_message_without_a_dead_letter_exchange_is_held_not_discarded",
             a_poison_message_without_a_dead_letter_exchange_is_held_not_discarded
+        ),
+        case!(
+            "returns_to_the_queue_without_a_failed_run_do_not_use_up_the_attempts",
+            returns_to_the_queue_without_a_failed_run_do_not_use_up_the_attempts
+        ),
+        case!(
+            "an_acknowledgement_lost_with_the_channel_is_not_reported_as_applied",
+            an_acknowledgement_lost_with_the_channel_is_not_reported_as_applied
+        ),
+        case!(
+            "a_channel_closed_during_a_retry_wait_is_noticed_before_the_wait_ends",
+            a_channel_closed_during_a_retry_wait_is_noticed_before_the_wait_ends
         ),
     ]
 }

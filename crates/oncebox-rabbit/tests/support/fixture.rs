@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lapin::options::{
-    BasicGetOptions, BasicPublishOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions,
-    QueueDeclareOptions, QueueDeleteOptions,
+    BasicGetOptions, BasicPublishOptions, BasicRejectOptions, ExchangeDeclareOptions, ExchangeDeleteOptions,
+    QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions,
 };
-use lapin::types::{FieldTable, ShortString};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Connection, ExchangeKind};
 use oncebox_core::{Dialect, Error, ErrorKind, Inbox, OutboundMessage, SchemaPlan, Sender};
 use oncebox_rabbit::{
@@ -21,11 +21,11 @@ use oncebox_sqlite::SqliteDialect;
 use oncebox_testkit::runner::{Failed, TestResult, fail};
 use oncebox_testkit::sender_suite::test_message;
 use serde::Deserialize;
-use tokio::sync::{broadcast, oneshot};
+use tokio::sync::{Notify, broadcast, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::support::{fresh_name, plumbing, raw_channel};
+use crate::support::{fresh_name, header_text, plumbing, raw_channel};
 
 pub const EVENT_TYPE: &str = "order-created";
 pub const WAIT: Duration = Duration::from_secs(20);
@@ -55,6 +55,8 @@ pub struct Fixture {
     pub outcomes: broadcast::Receiver<ListenerOutcome>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<oncebox_core::Result<()>>>,
+    /// The listener, until it is started (see [`Setup::start_listener`]).
+    listener: Option<RabbitListener>,
     cleaned: bool,
 }
 
@@ -66,12 +68,23 @@ pub struct Effect {
     pub applied: AtomicUsize,
     pub fail_first: usize,
     pub called_at: Mutex<Vec<Instant>>,
+    /// The first call waits for [`Effect::release`] before it goes on.
+    pub hold_first_call: bool,
+    /// Notified when a held first call has started.
+    pub entered: Notify,
+    /// Lets a held first call go on.
+    pub release: Notify,
 }
 
 impl Effect {
     /// An effect whose first `calls` calls fail.
     pub fn failing_first(calls: usize) -> Self {
         Self { fail_first: calls, ..Self::default() }
+    }
+
+    /// An effect whose first call waits for [`Effect::release`], then succeeds.
+    pub fn holding_first_call() -> Self {
+        Self { hold_first_call: true, ..Self::default() }
     }
 
     /// The instants of every call so far, in order.
@@ -89,17 +102,31 @@ pub struct Setup {
     /// The listener declares the topology with a dead-letter exchange and queue. Without it the
     /// fixture declares a plain queue itself and the listener runs with its default settings.
     pub dead_letter: bool,
+    /// The fixture declares a quorum queue (which counts deliveries in `x-delivery-count`) with a
+    /// dead-letter exchange and queue, and tells the listener the queue has one.
+    pub quorum_dead_lettered: bool,
+    /// `with_connection_name`, so a test can close the listener's connection alone.
+    pub connection_name: Option<String>,
+    /// Start the listener at once; otherwise [`Fixture::start_listener`] does.
+    pub start_listener: bool,
 }
 
 impl Setup {
     /// The listener declares a dead-lettering topology and gives up after `max_attempts`.
     pub fn dead_lettered(max_attempts: u32) -> Self {
-        Self { max_attempts: Some(max_attempts), retry_backoff: None, dead_letter: true }
+        Self { max_attempts: Some(max_attempts), dead_letter: true, ..Self::plain_queue() }
     }
 
     /// A plain queue without a dead-letter exchange, consumed with the listener's defaults.
     pub fn plain_queue() -> Self {
-        Self { max_attempts: None, retry_backoff: None, dead_letter: false }
+        Self {
+            max_attempts: None,
+            retry_backoff: None,
+            dead_letter: false,
+            quorum_dead_lettered: false,
+            connection_name: None,
+            start_listener: true,
+        }
     }
 }
 
@@ -133,13 +160,20 @@ impl Fixture {
         if let Some((min, max)) = setup.retry_backoff {
             config = config.with_retry_backoff(min, max);
         }
+        if let Some(name) = &setup.connection_name {
+            config = config.with_connection_name(name.clone());
+        }
         if setup.dead_letter {
             config = config.with_declare(
                 RabbitTopology::new(exchange.clone())
                     .with_dead_letter(dead_letter_exchange.clone(), dead_letter_queue.clone()),
             );
+        } else if setup.quorum_dead_lettered {
+            declare_quorum_queue(&channel, &exchange, &queue, &dead_letter_exchange, &dead_letter_queue)
+                .await?;
+            config = config.with_queue_dead_letter_exchange();
         } else {
-            declare_plain_queue(&channel, &exchange, &queue).await?;
+            declare_plain_queue(&channel, &exchange, &queue, FieldTable::default()).await?;
         }
         let listener = RabbitListener::builder(config)
             .on_once(EVENT_TYPE, inbox.clone(), move |event: oncebox_rabbit::RabbitEvent<OrderCreated>| {
@@ -149,6 +183,10 @@ impl Fixture {
                         instants.push(Instant::now());
                     }
                     let call = effect.calls.fetch_add(1, Ordering::SeqCst);
+                    if call == 0 && effect.hold_first_call {
+                        effect.entered.notify_one();
+                        effect.release.notified().await;
+                    }
                     if call < effect.fail_first {
                         return Err(Error::temporary(
                             ErrorKind::Other,
@@ -161,30 +199,83 @@ impl Fixture {
             })
             .build()?;
         let outcomes = listener.outcomes();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            listener
-                .run(async move {
-                    let _ = stopped.await;
-                })
-                .await
-        });
-        Ok(Self {
+        let mut fixture = Self {
             url: harness.url.clone(),
             exchange,
             queue,
             dead_letter_exchange,
             dead_letter_queue,
-            dead_lettering: setup.dead_letter,
+            dead_lettering: setup.dead_letter || setup.quorum_dead_lettered,
             database,
             inbox,
             _connection: connection,
             channel,
             outcomes,
-            stop: Some(stop),
-            task: Some(task),
+            stop: None,
+            task: None,
+            listener: Some(listener),
             cleaned: false,
-        })
+        };
+        if setup.start_listener {
+            fixture.start_listener();
+        }
+        Ok(fixture)
+    }
+
+    /// Starts the listener built by `start_with` (once).
+    pub fn start_listener(&mut self) {
+        let Some(listener) = self.listener.take() else {
+            return;
+        };
+        let (stop, stopped) = oneshot::channel::<()>();
+        self.stop = Some(stop);
+        self.task = Some(tokio::spawn(async move {
+            listener
+                .run(async move {
+                    let _ = stopped.await;
+                })
+                .await
+        }));
+    }
+
+    /// Takes the fixture's message from its queue and returns it with `basic.reject` + requeue,
+    /// `times` times, as a consumer whose channel closes would; returns the broker's
+    /// `x-delivery-count` of the last copy taken.
+    pub async fn return_to_queue(&self, times: usize) -> Result<Option<u64>, Failed> {
+        let mut count = None;
+        for _ in 0..times {
+            let deadline = tokio::time::Instant::now() + WAIT;
+            let got = loop {
+                let got = self
+                    .channel
+                    .basic_get(
+                        ShortString::try_new(self.queue.as_str()).map_err(fail)?,
+                        BasicGetOptions { no_ack: false },
+                    )
+                    .await
+                    .map_err(fail)?;
+                match got {
+                    Some(got) => break got,
+                    None if tokio::time::Instant::now() >= deadline => {
+                        return Err(fail("the message never came back to the queue"));
+                    }
+                    None => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            };
+            count = got
+                .delivery
+                .properties
+                .headers()
+                .as_ref()
+                .and_then(|table| table.inner().get("x-delivery-count").cloned())
+                .and_then(|value| match value {
+                    AMQPValue::LongLongInt(number) => u64::try_from(number).ok(),
+                    AMQPValue::LongInt(number) => u64::try_from(number).ok(),
+                    other => header_text(&other).and_then(|text| text.parse().ok()),
+                });
+            got.delivery.acker.reject(BasicRejectOptions { requeue: true }).await.map_err(fail)?;
+        }
+        Ok(count)
     }
 
     pub fn sender(&self) -> oncebox_core::Result<RabbitSender> {
@@ -363,7 +454,12 @@ impl Drop for Fixture {
 
 /// A durable topic exchange and a durable queue without a dead-letter exchange, bound by the
 /// fixture's event type: what an application declares itself before a listener with default settings.
-async fn declare_plain_queue(channel: &Channel, exchange: &str, queue: &str) -> oncebox_core::Result<()> {
+async fn declare_plain_queue(
+    channel: &Channel,
+    exchange: &str,
+    queue: &str,
+    arguments: FieldTable,
+) -> oncebox_core::Result<()> {
     let exchange_name = ShortString::try_new(exchange).map_err(|error| plumbing("exchange name", error))?;
     let queue_name = ShortString::try_new(queue).map_err(|error| plumbing("queue name", error))?;
     channel
@@ -379,7 +475,7 @@ async fn declare_plain_queue(channel: &Channel, exchange: &str, queue: &str) -> 
         .queue_declare(
             queue_name.clone(),
             QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() },
-            FieldTable::default(),
+            arguments,
         )
         .await
         .map_err(|error| plumbing("declaring the test queue", error))?;
@@ -394,6 +490,54 @@ async fn declare_plain_queue(channel: &Channel, exchange: &str, queue: &str) -> 
         .await
         .map_err(|error| plumbing("binding the test queue", error))?;
     Ok(())
+}
+
+/// A quorum queue dead-lettering to a fanout exchange and its queue, declared by the application.
+async fn declare_quorum_queue(
+    channel: &Channel,
+    exchange: &str,
+    queue: &str,
+    dead_letter_exchange: &str,
+    dead_letter_queue: &str,
+) -> oncebox_core::Result<()> {
+    let dead_letter_name =
+        ShortString::try_new(dead_letter_exchange).map_err(|error| plumbing("exchange name", error))?;
+    let dead_letter_queue_name =
+        ShortString::try_new(dead_letter_queue).map_err(|error| plumbing("queue name", error))?;
+    channel
+        .exchange_declare(
+            dead_letter_name.clone(),
+            ExchangeKind::Fanout,
+            ExchangeDeclareOptions { durable: true, ..ExchangeDeclareOptions::default() },
+            FieldTable::default(),
+        )
+        .await
+        .map_err(|error| plumbing("declaring the dead-letter exchange", error))?;
+    channel
+        .queue_declare(
+            dead_letter_queue_name.clone(),
+            QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() },
+            FieldTable::default(),
+        )
+        .await
+        .map_err(|error| plumbing("declaring the dead-letter queue", error))?;
+    channel
+        .queue_bind(
+            dead_letter_queue_name,
+            dead_letter_name,
+            ShortString::from(""),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .map_err(|error| plumbing("binding the dead-letter queue", error))?;
+    let mut arguments = FieldTable::default();
+    arguments.insert(ShortString::from("x-queue-type"), AMQPValue::LongString(LongString::from("quorum")));
+    arguments.insert(
+        ShortString::from("x-dead-letter-exchange"),
+        AMQPValue::LongString(LongString::from(dead_letter_exchange)),
+    );
+    declare_plain_queue(channel, exchange, queue, arguments).await
 }
 
 /// A message of the fixture's event type to `exchange`.

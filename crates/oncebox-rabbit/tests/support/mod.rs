@@ -89,6 +89,17 @@ pub fn close_connections_named(name: &str) -> Result<usize> {
     Ok(closed)
 }
 
+/// How many connections the broker has whose client-provided name is `name`.
+pub fn connections_named(name: &str) -> Result<usize> {
+    let listing = rabbitmqctl(&["list_connections", "--formatter", "json", "client_properties"])?;
+    let connections: Vec<serde_json::Value> =
+        serde_json::from_str(&listing).map_err(|error| plumbing("parsing list_connections", error))?;
+    Ok(connections
+        .iter()
+        .filter(|connection| connection_name(connection).is_some_and(|found| found == name))
+        .count())
+}
+
 /// `client_properties` is rendered as a list of `[key, type, value]` triples (or an object).
 fn connection_name(connection: &serde_json::Value) -> Option<String> {
     let properties = connection.get("client_properties")?;
