@@ -72,8 +72,18 @@ impl DlqDao for SqliteDlqDao {
         // the list handed back, for the DLQ handler, lacks it.
         let decoded = SqliteRowFormat::decode_events(&rows, self.table())?;
         warn_undecodable(&decoded.undecodable);
-        let ids: Vec<Uuid> =
-            decoded.rows.iter().map(|event| event.id).chain(decoded.undecodable_ids()).collect();
+        for (stored_id, error) in &decoded.malformed_ids {
+            warn!(id = %stored_id, %error, "a failed outbox row whose id is not a UUID moved to the DLQ");
+        }
+        // Deleted by the id as stored, so a row whose id is not a UUID leaves the outbox too.
+        let ids: Vec<String> = decoded
+            .rows
+            .iter()
+            .map(|event| event.id)
+            .chain(decoded.undecodable_ids())
+            .map(|id| id.hyphenated().to_string())
+            .chain(decoded.malformed_ids.iter().map(|(stored_id, _)| stored_id.clone()))
+            .collect();
         let mut moved = decoded.rows;
         sqlx::query(self.statements.delete_events_by_ids.clone())
             .bind(serde_json::to_string(&ids)?)

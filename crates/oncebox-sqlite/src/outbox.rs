@@ -61,10 +61,16 @@ impl OutboxDao for SqliteOutboxDao {
         // Each row on its own: one that cannot be read is given up on in the claim's transaction,
         // and the others are sent.
         let decoded = SqliteRowFormat::decode_events(&rows, self.table())?;
-        for (id, error) in decoded.undecodable_failures() {
+        // A row whose id is not a UUID is addressed by the id as stored.
+        let failures = decoded
+            .undecodable_failures()
+            .into_iter()
+            .map(|(id, error)| (id.hyphenated().to_string(), error))
+            .chain(decoded.malformed_id_failures());
+        for (id, error) in failures {
             warn!(event_type, %id, %error, "claimed an outbox row that cannot be decoded; marked FAILED");
             sqlx::query(self.statements.fail_undecodable.clone())
-                .bind(id.hyphenated())
+                .bind(id)
                 .bind(claim_token.hyphenated())
                 .bind(error)
                 .execute(&mut *tx)

@@ -155,11 +155,19 @@ where
     }
 
     fn new<F: RowFormat<Row = R>>(row: &'r R, table: &'r str) -> Result<(Self, Uuid)> {
+        let (columns, id) = Self::read_id::<F>(row, table)?;
+        Ok((columns, id?))
+    }
+
+    /// Reads the id: an error when the column cannot be read at all, and an inner error when it
+    /// holds something that is not a UUID (possible where ids are stored as text), in which case
+    /// [`Columns::id`] still has the value as stored.
+    fn read_id<F: RowFormat<Row = R>>(row: &'r R, table: &'r str) -> Result<(Self, Result<Uuid>)> {
         let stored = row
             .try_get::<F::Uuid, _>("id")
             .map_err(|error| database_error::<NoServerAnswer>(&format!("reading {table}.id"), error))?;
         let columns = Self { row, table, id: stored.to_string() };
-        let id = stored.into_model().map_err(|problem| columns.bad("id", problem))?;
+        let id = stored.into_model().map_err(|problem| columns.bad("id", problem));
         Ok((columns, id))
     }
 
@@ -191,6 +199,12 @@ where
     }
 }
 
+/// The `last_error` of a row given up on because it cannot be decoded.
+fn never_sent(error: &Error) -> String {
+    let text = format!("never sent: the row cannot be decoded: {error}");
+    last_error_text(&text).to_owned()
+}
+
 /// Rows read together (a claim, a transfer), decoded one by one.
 #[derive(Debug, Default)]
 pub struct DecodedRows<T> {
@@ -198,6 +212,9 @@ pub struct DecodedRows<T> {
     pub rows: Vec<T>,
     /// The rows that did not: their id and a decode error naming table, column and row.
     pub undecodable: Vec<(Uuid, Error)>,
+    /// The rows whose id is not a UUID (only where ids are stored as text): the id as stored, by
+    /// which the row can still be addressed, and the decode error.
+    pub malformed_ids: Vec<(String, Error)>,
 }
 
 impl<T> DecodedRows<T> {
@@ -210,13 +227,13 @@ impl<T> DecodedRows<T> {
     /// gives up on the row: what went wrong, naming table, column and row, cut to
     /// [`LAST_ERROR_MAX_CHARS`](oncebox_core::event::LAST_ERROR_MAX_CHARS).
     pub fn undecodable_failures(&self) -> Vec<(Uuid, String)> {
-        self.undecodable
-            .iter()
-            .map(|(id, error)| {
-                let text = format!("never sent: the row cannot be decoded: {error}");
-                (*id, last_error_text(&text).to_owned())
-            })
-            .collect()
+        self.undecodable.iter().map(|(id, error)| (*id, never_sent(error))).collect()
+    }
+
+    /// The rows whose id is not a UUID, by their id as stored, each with the `last_error` text of
+    /// [`undecodable_failures`](Self::undecodable_failures).
+    pub fn malformed_id_failures(&self) -> Vec<(String, String)> {
+        self.malformed_ids.iter().map(|(stored, error)| (stored.clone(), never_sent(error))).collect()
     }
 }
 
@@ -244,8 +261,9 @@ pub trait DecodeRow: RowFormat {
     fn decode_event(row: &Self::Row, table: &str) -> Result<OutboxEvent>;
 
     /// Decodes outbox rows read together from `table` one by one, so that one malformed row does
-    /// not hide the others: it is reported with its id, for the caller to settle on its own. Fails
-    /// only when a row's id cannot be read, since such a row cannot be addressed at all.
+    /// not hide the others: it is reported with its id (or, when the id itself is not a UUID, with
+    /// the id as stored), for the caller to settle on its own. Fails only when a row's id cannot be
+    /// read at all, since such a row cannot be addressed.
     fn decode_events(rows: &[Self::Row], table: &str) -> Result<DecodedRows<OutboxEvent>>;
 
     /// Decodes DLQ rows read together from `table` one by one, like
@@ -292,9 +310,20 @@ where
     F: RowFormat,
     for<'c> &'c str: ColumnIndex<F::Row>,
 {
-    let mut decoded = DecodedRows { rows: Vec::with_capacity(rows.len()), undecodable: Vec::new() };
+    let mut decoded = DecodedRows {
+        rows: Vec::with_capacity(rows.len()),
+        undecodable: Vec::new(),
+        malformed_ids: Vec::new(),
+    };
     for row in rows {
-        let (columns, id) = Columns::new::<F>(row, table)?;
+        let (columns, id) = Columns::read_id::<F>(row, table)?;
+        let id = match id {
+            Ok(id) => id,
+            Err(error) => {
+                decoded.malformed_ids.push((columns.id.clone(), error));
+                continue;
+            }
+        };
         match decode(&columns, id) {
             Ok(value) => decoded.rows.push(value),
             Err(error) => decoded.undecodable.push((id, error)),
