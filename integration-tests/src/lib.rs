@@ -9,8 +9,12 @@
 //! * `tests/matrix.rs` — one end-to-end scenario for every dialect x transport pair, checked by
 //!   accounting: every committed event delivered at least once, no rolled-back event ever, each
 //!   effect exactly once.
+//! * `tests/chaos.rs` — the chaos ledger: relays and consumers as real OS processes (the
+//!   `chaos_relay` and `chaos_consumer` binaries, sharing [`chaos`]), SIGKILLed, stopped and
+//!   restarted while a publisher commits and rolls back, then the same accounting.
 #![deny(missing_docs)]
 
+pub mod chaos;
 pub mod store;
 pub mod transport;
 

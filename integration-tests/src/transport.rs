@@ -192,7 +192,7 @@ impl RabbitTransport {
 
     /// Waits until `queue` exists: a passive declare on a fresh channel each time, because a failed
     /// one closes its channel.
-    async fn await_queue(&self, queue: &str) -> Result<()> {
+    pub async fn await_queue(&self, queue: &str) -> Result<()> {
         let connection = self.connection().await?;
         let deadline = tokio::time::Instant::now() + SET_UP;
         loop {
