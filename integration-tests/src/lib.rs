@@ -3,8 +3,9 @@
 //! The suites live in `tests/`; this library holds what they share: a [`Store`] per SQL dialect
 //! (connecting instances, the business writes that publish, the inbox-guarded effect, the counts
 //! the accounting reads) and a [`Transport`] per broker (its sender, its listener, creating and
-//! removing a run's topic or queue). Each is chosen by the environment variable that names its
-//! server, as in docs/testing.md; a run gets its own table prefix, topic and queue.
+//! removing a run's topic or queue), plus the [`Ledger`] both suites end with. Each store and
+//! transport is chosen by the environment variable that names its server, as in docs/testing.md; a
+//! run gets its own table prefix, topic and queue.
 //!
 //! * `tests/matrix.rs` — one end-to-end scenario for every dialect x transport pair, checked by
 //!   accounting: every committed event delivered at least once, no rolled-back event ever, each
@@ -15,9 +16,11 @@
 #![deny(missing_docs)]
 
 pub mod chaos;
+pub mod ledger;
 pub mod store;
 pub mod transport;
 
+pub use ledger::Ledger;
 pub use store::{MySqlStore, Names, Order, PgStore, SqliteStore, Store};
 pub use transport::{EventHandler, KafkaTransport, Listening, RabbitTransport, Transport};
 

@@ -27,7 +27,9 @@ use std::time::{Duration, Instant};
 use oncebox::postgres::{PgDialect, PgWriter};
 use oncebox::{Dialect, Headers, OutboundMessage, Publisher};
 use oncebox_integration_tests::chaos::{BROKEN_VARIABLE, RelayStats, create_deliveries_table};
-use oncebox_integration_tests::{Names, Order, PgStore, RabbitTransport, Store, Transport, fresh_name};
+use oncebox_integration_tests::{
+    Ledger, Names, Order, PgStore, RabbitTransport, Store, Transport, fresh_name,
+};
 use oncebox_testkit::case;
 use oncebox_testkit::eventually;
 use oncebox_testkit::runner::{Case, Failed, Suite, TestResult, fail, server_missing};
@@ -495,13 +497,13 @@ async fn drive(
         .await;
     fleet.check_alive()?;
     if let Err(error) = waited {
-        let ledger = Ledger::read(dialect, run, &committed, &rolled_back).await?;
+        let ledger = RunLedger::read(dialect, run, &committed, &rolled_back).await?;
         eprintln!("{}: seed {seed}\n{}", profile.name, ledger.table());
         return Err(fail(format!(
             "{} (seed {seed}): {}; {}",
             profile.name,
             error.message().unwrap_or_default(),
-            ledger.violations()
+            ledger.accounts.violations()
         )));
     }
 
@@ -528,10 +530,10 @@ async fn drive(
     .await?;
     fleet.check_alive()?;
 
-    let ledger = Ledger::read(dialect, run, &committed, &rolled_back).await?;
+    let ledger = RunLedger::read(dialect, run, &committed, &rolled_back).await?;
     eprintln!("{}: seed {seed}, copies re-published {COPIES}\n{}", profile.name, ledger.table());
     if profile.broken {
-        if ledger.double_effects.is_empty() {
+        if ledger.accounts.double_effects.is_empty() {
             return Err(fail(format!(
                 "{} (seed {seed}): the consumers ran without the inbox, yet the ledger shows no double effect",
                 profile.name
@@ -539,10 +541,10 @@ async fn drive(
         }
         return Ok(());
     }
-    if ledger.holds() {
+    if ledger.accounts.holds() {
         Ok(())
     } else {
-        Err(fail(format!("{} (seed {seed}): {}", profile.name, ledger.violations())))
+        Err(fail(format!("{} (seed {seed}): {}", profile.name, ledger.accounts.violations())))
     }
 }
 
@@ -602,24 +604,14 @@ async fn publish(
     Ok((committed, rolled_back))
 }
 
-/// The accounting of one run.
-struct Ledger {
-    committed: usize,
-    rolled_back: usize,
-    delivered_unique: usize,
-    duplicates_delivered: i64,
-    effects: i64,
-    double_effects: Vec<(String, i64)>,
-    foreign_effects: Vec<String>,
-    lost: Vec<Uuid>,
-    missing_effects: Vec<Uuid>,
-    rolled_back_delivered: Vec<Uuid>,
-    unsettled_rows: Vec<(String, i64)>,
-    outbox_rows: i64,
+/// The accounting of one run: the shared [`Ledger`] read from the run's tables, and the relays'
+/// counters from their stats files.
+struct RunLedger {
+    accounts: Ledger,
     relays: Vec<(String, RelayStats)>,
 }
 
-impl Ledger {
+impl RunLedger {
     async fn read(
         dialect: &PgDialect,
         run: &Run,
@@ -627,88 +619,26 @@ impl Ledger {
         rolled_back: &HashSet<Uuid>,
     ) -> Result<Self, Failed> {
         let sql = format!("SELECT event_id, COUNT(*) FROM {} GROUP BY event_id", run.deliveries);
-        let seen: HashMap<String, i64> = sqlx::query_as::<_, (String, i64)>(AssertSqlSafe(sql))
-            .fetch_all(dialect.pool())
-            .await
-            .map_err(fail)?
-            .into_iter()
-            .collect();
+        let rows: Vec<(String, i64)> =
+            sqlx::query_as(AssertSqlSafe(sql)).fetch_all(dialect.pool()).await.map_err(fail)?;
+        let mut seen: HashMap<Uuid, u64> = HashMap::with_capacity(rows.len());
+        for (id, count) in rows {
+            let parsed =
+                Uuid::parse_str(&id).map_err(|error| fail(format!("delivered event id {id:?}: {error}")))?;
+            seen.insert(parsed, u64::try_from(count).map_err(fail)?);
+        }
         let effects = PgStore::effects(dialect, &run.names).await.map_err(fail)?;
         let statuses = PgStore::outbox_statuses(dialect, &run.names).await.map_err(fail)?;
-        let committed_text: HashSet<String> = committed.keys().map(Uuid::to_string).collect();
-        let applied: HashSet<&str> = effects.iter().map(|(id, _)| id.as_str()).collect();
         Ok(Self {
-            committed: committed.len(),
-            rolled_back: rolled_back.len(),
-            delivered_unique: seen.len(),
-            duplicates_delivered: seen.values().map(|count| count.saturating_sub(1)).sum(),
-            effects: effects.iter().map(|(_, count)| count).sum(),
-            double_effects: effects.iter().filter(|(_, count)| *count > 1).cloned().collect(),
-            foreign_effects: effects
-                .iter()
-                .filter(|(id, _)| !committed_text.contains(id))
-                .map(|(id, _)| id.clone())
-                .collect(),
-            lost: committed.keys().filter(|id| !seen.contains_key(&id.to_string())).copied().collect(),
-            missing_effects: committed
-                .keys()
-                .filter(|id| !applied.contains(id.to_string().as_str()))
-                .copied()
-                .collect(),
-            rolled_back_delivered: rolled_back
-                .iter()
-                .filter(|id| seen.contains_key(&id.to_string()))
-                .copied()
-                .collect(),
-            unsettled_rows: statuses.iter().filter(|(status, _)| status != "PROCESSED").cloned().collect(),
-            outbox_rows: statuses.iter().map(|(_, count)| count).sum(),
+            accounts: Ledger::new(
+                committed.keys().copied(),
+                rolled_back.iter().copied(),
+                &seen,
+                &effects,
+                &statuses,
+            ),
             relays: RelayStats::read_all(&run.dir).map_err(fail)?,
         })
-    }
-
-    fn stuck_rows(&self) -> i64 {
-        self.unsettled_rows.iter().map(|(_, count)| count).sum()
-    }
-
-    fn holds(&self) -> bool {
-        self.lost.is_empty()
-            && self.rolled_back_delivered.is_empty()
-            && self.double_effects.is_empty()
-            && self.foreign_effects.is_empty()
-            && self.missing_effects.is_empty()
-            && self.unsettled_rows.is_empty()
-            && usize::try_from(self.effects).is_ok_and(|effects| effects == self.committed)
-            && usize::try_from(self.outbox_rows).is_ok_and(|rows| rows == self.committed)
-    }
-
-    /// Each broken guarantee with (up to ten of) its ids.
-    fn violations(&self) -> String {
-        fn some<T: std::fmt::Debug>(items: &[T]) -> String {
-            format!("{} {:?}", items.len(), &items[..items.len().min(10)])
-        }
-        let mut found = Vec::new();
-        if !self.lost.is_empty() {
-            found.push(format!("lost (committed, never delivered): {}", some(&self.lost)));
-        }
-        if !self.rolled_back_delivered.is_empty() {
-            found.push(format!("rolled back but delivered: {}", some(&self.rolled_back_delivered)));
-        }
-        if !self.double_effects.is_empty() {
-            found.push(format!("double effects (id, rows): {}", some(&self.double_effects)));
-        }
-        if !self.foreign_effects.is_empty() {
-            found.push(format!("effects of ids never committed: {}", some(&self.foreign_effects)));
-        }
-        if !self.missing_effects.is_empty() {
-            found.push(format!("committed without effect: {}", some(&self.missing_effects)));
-        }
-        if !self.unsettled_rows.is_empty() {
-            found.push(format!("outbox rows not PROCESSED (status, rows): {:?}", self.unsettled_rows));
-        }
-        if usize::try_from(self.outbox_rows).ok() != Some(self.committed) {
-            found.push(format!("{} outbox rows for {} committed events", self.outbox_rows, self.committed));
-        }
-        if found.is_empty() { "no guarantee broken".to_owned() } else { found.join("; ") }
     }
 
     /// The ledger as a Markdown table, with the relays' fencing counters below.
@@ -722,15 +652,15 @@ impl Ledger {
              | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n\
              relay processes {}, events the broker acknowledged {delivered}, rows recovered as stuck {recovered} \
              (counters as each relay's stats file last had them; a SIGKILLed relay's last 200 ms are missing)",
-            self.committed,
-            self.rolled_back,
-            self.delivered_unique,
-            self.duplicates_delivered,
-            self.effects,
-            self.double_effects.len(),
-            self.lost.len(),
-            self.rolled_back_delivered.len(),
-            self.stuck_rows(),
+            self.accounts.committed,
+            self.accounts.rolled_back,
+            self.accounts.delivered_unique,
+            self.accounts.duplicates_delivered,
+            self.accounts.effects,
+            self.accounts.double_effects.len(),
+            self.accounts.lost.len(),
+            self.accounts.rolled_back_delivered.len(),
+            self.accounts.stuck_rows(),
             refused,
             self.relays.len(),
         )

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use oncebox::{Config, Headers, Oncebox, OutboundMessage};
 use oncebox_integration_tests::{
-    EventHandler, KafkaTransport, MySqlStore, Names, Order, PgStore, RabbitTransport, SqliteStore, Store,
-    Transport,
+    EventHandler, KafkaTransport, Ledger, MySqlStore, Names, Order, PgStore, RabbitTransport, SqliteStore,
+    Store, Transport,
 };
 use oncebox_testkit::case;
 use oncebox_testkit::eventually;
@@ -49,7 +49,7 @@ fn fails_first(id: Uuid) -> bool {
 /// What the listener saw: every delivery, duplicates included.
 #[derive(Default)]
 struct Deliveries {
-    seen: Mutex<HashMap<Uuid, u32>>,
+    seen: Mutex<HashMap<Uuid, u64>>,
     failed_once: Mutex<HashSet<Uuid>>,
 }
 
@@ -62,7 +62,7 @@ impl Deliveries {
         fails_first(id) && self.failed_once.lock().is_ok_and(|mut failed| failed.insert(id))
     }
 
-    fn snapshot(&self) -> Result<HashMap<Uuid, u32>, Failed> {
+    fn snapshot(&self) -> Result<HashMap<Uuid, u64>, Failed> {
         self.seen.lock().map(|seen| seen.clone()).map_err(|_| fail("the delivery record is poisoned"))
     }
 
@@ -204,12 +204,12 @@ async fn run<S: Store, T: Transport>(
     .await;
     if let Err(error) = waited {
         let statuses = S::outbox_statuses(dialect, &names).await.map_err(fail)?;
-        let ledger = Ledger::read::<S>(dialect, &names, &committed, &rolled_back, &deliveries).await?;
+        let ledger = PairLedger::read::<S>(dialect, &names, &committed, &rolled_back, &deliveries).await?;
         eprintln!("{pair}: {ledger}");
         return Err(fail(format!(
             "{pair}: {}; outbox rows by status {statuses:?}; {}",
             error.message().unwrap_or_default(),
-            ledger.violations()
+            ledger.accounts.violations()
         )));
     }
 
@@ -235,13 +235,17 @@ async fn run<S: Store, T: Transport>(
     })
     .await?;
 
-    let ledger = Ledger::read::<S>(dialect, &names, &committed, &rolled_back, &deliveries).await?;
+    let ledger = PairLedger::read::<S>(dialect, &names, &committed, &rolled_back, &deliveries).await?;
     let relayed: Vec<u64> = instances.iter().map(|instance| instance.stats().delivered).collect();
     eprintln!(
         "{pair}: {ledger}; delivered per relay {relayed:?}, forced failures {}, copies {COPIES}",
         deliveries.forced_failures()
     );
-    if ledger.holds() { Ok(()) } else { Err(fail(format!("{pair}: {}", ledger.violations()))) }
+    if ledger.accounts.holds() {
+        Ok(())
+    } else {
+        Err(fail(format!("{pair}: {}", ledger.accounts.violations())))
+    }
 }
 
 /// One publisher task: `TRANSACTIONS` business transactions; every fifth rolls back, every third
@@ -271,23 +275,12 @@ async fn publish<S: Store>(
     Ok((committed, rolled_back))
 }
 
-/// The accounting of one pair.
-struct Ledger {
-    committed: usize,
-    rolled_back: usize,
-    delivered_unique: usize,
-    duplicates_delivered: u64,
-    effects: i64,
-    double_effects: Vec<(String, i64)>,
-    foreign_effects: Vec<String>,
-    lost: Vec<Uuid>,
-    missing_effects: Vec<Uuid>,
-    rolled_back_delivered: Vec<Uuid>,
-    unsettled_rows: Vec<(String, i64)>,
-    outbox_rows: i64,
+/// The accounting of one pair: the shared [`Ledger`], read from this pair's tables and listener.
+struct PairLedger {
+    accounts: Ledger,
 }
 
-impl Ledger {
+impl PairLedger {
     async fn read<S: Store>(
         dialect: &S::Dialect,
         names: &Names,
@@ -298,88 +291,26 @@ impl Ledger {
         let seen = deliveries.snapshot()?;
         let effects = S::effects(dialect, names).await.map_err(fail)?;
         let statuses = S::outbox_statuses(dialect, names).await.map_err(fail)?;
-        let committed_text: HashSet<String> = committed.keys().map(Uuid::to_string).collect();
-        let applied: HashSet<&str> = effects.iter().map(|(id, _)| id.as_str()).collect();
-        Ok(Self {
-            committed: committed.len(),
-            rolled_back: rolled_back.len(),
-            delivered_unique: seen.len(),
-            duplicates_delivered: seen.values().map(|count| u64::from(count.saturating_sub(1))).sum(),
-            effects: effects.iter().map(|(_, count)| count).sum(),
-            double_effects: effects.iter().filter(|(_, count)| *count > 1).cloned().collect(),
-            foreign_effects: effects
-                .iter()
-                .filter(|(id, _)| !committed_text.contains(id))
-                .map(|(id, _)| id.clone())
-                .collect(),
-            lost: committed.keys().filter(|id| !seen.contains_key(id)).copied().collect(),
-            missing_effects: committed
-                .keys()
-                .filter(|id| !applied.contains(id.to_string().as_str()))
-                .copied()
-                .collect(),
-            rolled_back_delivered: rolled_back.iter().filter(|id| seen.contains_key(id)).copied().collect(),
-            unsettled_rows: statuses.iter().filter(|(status, _)| status != "PROCESSED").cloned().collect(),
-            outbox_rows: statuses.iter().map(|(_, count)| count).sum(),
-        })
-    }
-
-    fn holds(&self) -> bool {
-        self.lost.is_empty()
-            && self.rolled_back_delivered.is_empty()
-            && self.double_effects.is_empty()
-            && self.foreign_effects.is_empty()
-            && self.missing_effects.is_empty()
-            && self.unsettled_rows.is_empty()
-            && usize::try_from(self.effects).is_ok_and(|effects| effects == self.committed)
-            && usize::try_from(self.outbox_rows).is_ok_and(|rows| rows == self.committed)
-    }
-
-    /// Each broken guarantee with (up to ten of) its ids.
-    fn violations(&self) -> String {
-        fn some<T: std::fmt::Debug>(items: &[T]) -> String {
-            format!("{} {:?}", items.len(), &items[..items.len().min(10)])
-        }
-        let mut found = Vec::new();
-        if !self.lost.is_empty() {
-            found.push(format!("lost (committed, never delivered): {}", some(&self.lost)));
-        }
-        if !self.rolled_back_delivered.is_empty() {
-            found.push(format!("rolled back but delivered: {}", some(&self.rolled_back_delivered)));
-        }
-        if !self.double_effects.is_empty() {
-            found.push(format!("double effects (id, rows): {}", some(&self.double_effects)));
-        }
-        if !self.foreign_effects.is_empty() {
-            found.push(format!("effects of ids never committed: {}", some(&self.foreign_effects)));
-        }
-        if !self.missing_effects.is_empty() {
-            found.push(format!("committed without effect: {}", some(&self.missing_effects)));
-        }
-        if !self.unsettled_rows.is_empty() {
-            found.push(format!("outbox rows not PROCESSED (status, rows): {:?}", self.unsettled_rows));
-        }
-        if usize::try_from(self.outbox_rows).ok() != Some(self.committed) {
-            found.push(format!("{} outbox rows for {} committed events", self.outbox_rows, self.committed));
-        }
-        if found.is_empty() { "no guarantee broken".to_owned() } else { found.join("; ") }
+        let accounts =
+            Ledger::new(committed.keys().copied(), rolled_back.iter().copied(), &seen, &effects, &statuses);
+        Ok(Self { accounts })
     }
 }
 
-impl std::fmt::Display for Ledger {
+impl std::fmt::Display for PairLedger {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
             "committed {}, rolled back {}, delivered unique {}, duplicates delivered {}, effects {}, \
              double effects {}, lost {}, rolled-back-but-delivered {}",
-            self.committed,
-            self.rolled_back,
-            self.delivered_unique,
-            self.duplicates_delivered,
-            self.effects,
-            self.double_effects.len(),
-            self.lost.len(),
-            self.rolled_back_delivered.len(),
+            self.accounts.committed,
+            self.accounts.rolled_back,
+            self.accounts.delivered_unique,
+            self.accounts.duplicates_delivered,
+            self.accounts.effects,
+            self.accounts.double_effects.len(),
+            self.accounts.lost.len(),
+            self.accounts.rolled_back_delivered.len(),
         )
     }
 }

@@ -1,0 +1,202 @@
+//! The accounting both suites end with: what was committed and rolled back against what was
+//! delivered, what took effect and how the outbox rows were left.
+//!
+//! [`Ledger::new`] takes plain inputs, so each suite reads them its own way (the matrix from its
+//! listener's record, the chaos ledger from the consumers' deliveries table) and adds what only it
+//! reports around the shared [`Ledger`].
+
+use std::collections::{HashMap, HashSet};
+use std::fmt::Debug;
+
+use uuid::Uuid;
+
+/// The outbox status every row must end in.
+const SETTLED: &str = "PROCESSED";
+
+/// How many ids of one broken guarantee [`Ledger::violations`] names.
+const IDS_SHOWN: usize = 10;
+
+/// The accounting of one run: counts, and the ids behind each broken guarantee.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ledger {
+    /// Events committed by the publishers.
+    pub committed: usize,
+    /// Events whose business transaction rolled back.
+    pub rolled_back: usize,
+    /// Distinct event ids the consumer saw.
+    pub delivered_unique: usize,
+    /// Deliveries beyond the first of each id.
+    pub duplicates_delivered: u64,
+    /// Effect rows in all.
+    pub effects: i64,
+    /// Ids with more than one effect row, with their row count.
+    pub double_effects: Vec<(String, i64)>,
+    /// Ids with an effect row that no committed event has.
+    pub foreign_effects: Vec<String>,
+    /// Committed events never delivered, in the order the committed ids were given.
+    pub lost: Vec<Uuid>,
+    /// Committed events without an effect row, in the order the committed ids were given.
+    pub missing_effects: Vec<Uuid>,
+    /// Rolled-back events that were delivered all the same.
+    pub rolled_back_delivered: Vec<Uuid>,
+    /// Outbox rows by status, for every status but `PROCESSED`.
+    pub unsettled_rows: Vec<(String, i64)>,
+    /// Outbox rows in all.
+    pub outbox_rows: i64,
+}
+
+impl Ledger {
+    /// Computes the accounting.
+    ///
+    /// * `committed`, `rolled_back`: the publishers' event ids; the order of each is kept in the
+    ///   lists of ids the ledger reports.
+    /// * `deliveries`: how often the consumer saw each id, duplicates included.
+    /// * `effects`: effect rows by event id, as the effects table groups them.
+    /// * `outbox_statuses`: outbox rows by status.
+    pub fn new(
+        committed: impl IntoIterator<Item = Uuid>,
+        rolled_back: impl IntoIterator<Item = Uuid>,
+        deliveries: &HashMap<Uuid, u64>,
+        effects: &[(String, i64)],
+        outbox_statuses: &[(String, i64)],
+    ) -> Self {
+        let committed: Vec<Uuid> = committed.into_iter().collect();
+        let rolled_back: Vec<Uuid> = rolled_back.into_iter().collect();
+        let committed_text: HashSet<String> = committed.iter().map(Uuid::to_string).collect();
+        let applied: HashSet<&str> = effects.iter().map(|(id, _)| id.as_str()).collect();
+        Self {
+            committed: committed.len(),
+            rolled_back: rolled_back.len(),
+            delivered_unique: deliveries.len(),
+            duplicates_delivered: deliveries.values().map(|count| count.saturating_sub(1)).sum(),
+            effects: effects.iter().map(|(_, count)| count).sum(),
+            double_effects: effects.iter().filter(|(_, count)| *count > 1).cloned().collect(),
+            foreign_effects: effects
+                .iter()
+                .filter(|(id, _)| !committed_text.contains(id))
+                .map(|(id, _)| id.clone())
+                .collect(),
+            lost: committed.iter().filter(|id| !deliveries.contains_key(id)).copied().collect(),
+            missing_effects: committed
+                .iter()
+                .filter(|id| !applied.contains(id.to_string().as_str()))
+                .copied()
+                .collect(),
+            rolled_back_delivered: rolled_back.into_iter().filter(|id| deliveries.contains_key(id)).collect(),
+            unsettled_rows: outbox_statuses.iter().filter(|(status, _)| status != SETTLED).cloned().collect(),
+            outbox_rows: outbox_statuses.iter().map(|(_, count)| count).sum(),
+        }
+    }
+
+    /// Outbox rows not `PROCESSED`, whatever their status.
+    pub fn stuck_rows(&self) -> i64 {
+        self.unsettled_rows.iter().map(|(_, count)| count).sum()
+    }
+
+    /// Whether every guarantee held: each committed event delivered and applied exactly once, no
+    /// rolled-back event delivered, no other effect, one outbox row per committed event and every
+    /// one of them `PROCESSED`.
+    pub fn holds(&self) -> bool {
+        self.lost.is_empty()
+            && self.rolled_back_delivered.is_empty()
+            && self.double_effects.is_empty()
+            && self.foreign_effects.is_empty()
+            && self.missing_effects.is_empty()
+            && self.unsettled_rows.is_empty()
+            && usize::try_from(self.effects).is_ok_and(|effects| effects == self.committed)
+            && usize::try_from(self.outbox_rows).is_ok_and(|rows| rows == self.committed)
+    }
+
+    /// Each broken guarantee with (up to ten of) its ids, or `no guarantee broken`.
+    pub fn violations(&self) -> String {
+        fn some<T: Debug>(items: &[T]) -> String {
+            format!("{} {:?}", items.len(), &items[..items.len().min(IDS_SHOWN)])
+        }
+        let mut found = Vec::new();
+        if !self.lost.is_empty() {
+            found.push(format!("lost (committed, never delivered): {}", some(&self.lost)));
+        }
+        if !self.rolled_back_delivered.is_empty() {
+            found.push(format!("rolled back but delivered: {}", some(&self.rolled_back_delivered)));
+        }
+        if !self.double_effects.is_empty() {
+            found.push(format!("double effects (id, rows): {}", some(&self.double_effects)));
+        }
+        if !self.foreign_effects.is_empty() {
+            found.push(format!("effects of ids never committed: {}", some(&self.foreign_effects)));
+        }
+        if !self.missing_effects.is_empty() {
+            found.push(format!("committed without effect: {}", some(&self.missing_effects)));
+        }
+        if !self.unsettled_rows.is_empty() {
+            found.push(format!("outbox rows not PROCESSED (status, rows): {:?}", self.unsettled_rows));
+        }
+        if usize::try_from(self.outbox_rows).ok() != Some(self.committed) {
+            found.push(format!("{} outbox rows for {} committed events", self.outbox_rows, self.committed));
+        }
+        if found.is_empty() { "no guarantee broken".to_owned() } else { found.join("; ") }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(n: u128) -> Uuid {
+        Uuid::from_u128(n)
+    }
+
+    fn effect(n: u128, rows: i64) -> (String, i64) {
+        (id(n).to_string(), rows)
+    }
+
+    fn processed(rows: i64) -> Vec<(String, i64)> {
+        vec![(SETTLED.to_owned(), rows)]
+    }
+
+    #[test]
+    fn a_clean_run_holds() {
+        let deliveries = HashMap::from([(id(1), 1), (id(2), 3)]);
+        let ledger =
+            Ledger::new([id(1), id(2)], [id(9)], &deliveries, &[effect(1, 1), effect(2, 1)], &processed(2));
+        assert!(ledger.holds(), "{}", ledger.violations());
+        assert_eq!(ledger.violations(), "no guarantee broken");
+        assert_eq!((ledger.delivered_unique, ledger.duplicates_delivered, ledger.effects), (2, 2, 2));
+    }
+
+    #[test]
+    fn each_broken_guarantee_is_reported() {
+        // 1 lost and without effect, 2 applied twice, 9 rolled back yet delivered and applied.
+        let deliveries = HashMap::from([(id(2), 2), (id(9), 1)]);
+        let statuses = vec![(SETTLED.to_owned(), 1), ("FAILED".to_owned(), 1), ("NEW".to_owned(), 1)];
+        let ledger =
+            Ledger::new([id(1), id(2)], [id(9)], &deliveries, &[effect(2, 2), effect(9, 1)], &statuses);
+        assert!(!ledger.holds());
+        assert_eq!(ledger.lost, vec![id(1)]);
+        assert_eq!(ledger.missing_effects, vec![id(1)]);
+        assert_eq!(ledger.rolled_back_delivered, vec![id(9)]);
+        assert_eq!(ledger.double_effects, vec![effect(2, 2)]);
+        assert_eq!(ledger.foreign_effects, vec![id(9).to_string()]);
+        assert_eq!(ledger.stuck_rows(), 2);
+        let violations = ledger.violations();
+        for expected in [
+            "lost (committed, never delivered): 1",
+            "rolled back but delivered: 1",
+            "double effects (id, rows): 1",
+            "effects of ids never committed: 1",
+            "committed without effect: 1",
+            "outbox rows not PROCESSED (status, rows): [(\"FAILED\", 1), (\"NEW\", 1)]",
+            "3 outbox rows for 2 committed events",
+        ] {
+            assert!(violations.contains(expected), "{expected:?} missing from {violations:?}");
+        }
+    }
+
+    #[test]
+    fn a_wrong_effect_or_row_count_alone_breaks_it() {
+        let deliveries = HashMap::from([(id(1), 1)]);
+        let no_rows = Ledger::new([id(1)], [], &deliveries, &[effect(1, 1)], &processed(0));
+        assert!(!no_rows.holds());
+        assert_eq!(no_rows.violations(), "0 outbox rows for 1 committed events");
+    }
+}
