@@ -30,6 +30,35 @@ pub fn fresh_name(prefix: &str) -> String {
     format!("{prefix}_{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
 }
 
+/// The event type every scenario publishes.
+pub const EVENT_TYPE: &str = "order-placed";
+
+/// Copies of the first `count` committed events, as the relay sends them to `destination`, for a
+/// scenario to re-publish straight to the broker (what a lost acknowledgement leads to).
+pub fn copies_of(
+    committed: &std::collections::BTreeMap<uuid::Uuid, Order>,
+    destination: &str,
+    count: usize,
+) -> oncebox::Result<Vec<oncebox::OutboundMessage>> {
+    committed
+        .iter()
+        .take(count)
+        .map(|(id, order)| {
+            Ok(oncebox::OutboundMessage {
+                id: *id,
+                event_type: EVENT_TYPE.to_owned(),
+                topic: destination.to_owned(),
+                key: id.to_string(),
+                payload: serde_json::to_string(order)
+                    .map_err(|error| plumbing("serializing a copy", error))?,
+                payload_type: "Order".to_owned(),
+                headers: oncebox::Headers::new(),
+                created_at: chrono::Utc::now(),
+            })
+        })
+        .collect()
+}
+
 /// Maps any displayable failure of test plumbing to an oncebox error.
 pub fn plumbing(context: &str, error: impl std::fmt::Display) -> oncebox::Error {
     oncebox::Error::new(oncebox::ErrorKind::Other, format!("{context}: {error}"))

@@ -25,10 +25,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use oncebox::postgres::{PgDialect, PgWriter};
-use oncebox::{Dialect, Headers, OutboundMessage, Publisher};
+use oncebox::{Dialect, Publisher};
 use oncebox_integration_tests::chaos::{BROKEN_VARIABLE, RelayStats, create_deliveries_table};
 use oncebox_integration_tests::{
-    Ledger, Names, Order, PgStore, RabbitTransport, Store, Transport, fresh_name,
+    EVENT_TYPE, Ledger, Names, Order, PgStore, RabbitTransport, Store, Transport, copies_of, fresh_name,
 };
 use oncebox_testkit::case;
 use oncebox_testkit::eventually;
@@ -36,7 +36,6 @@ use oncebox_testkit::runner::{Case, Failed, Suite, TestResult, fail, server_miss
 use sqlx::AssertSqlSafe;
 use uuid::Uuid;
 
-const EVENT_TYPE: &str = "order-placed";
 const CONSUMER: &str = "effects";
 /// `stuck-recovery.max-batch-processing-time` of the run.
 const STUCK_AFTER: Duration = Duration::from_secs(3);
@@ -509,19 +508,7 @@ async fn drive(
 
     // Copies of delivered events straight to the exchange, as after a lost acknowledgement.
     let before = finished_deliveries(dialect, &run.deliveries).await?;
-    let mut copies = Vec::new();
-    for (id, order) in committed.iter().take(COPIES) {
-        copies.push(OutboundMessage {
-            id: *id,
-            event_type: EVENT_TYPE.to_owned(),
-            topic: names.destination.clone(),
-            key: id.to_string(),
-            payload: serde_json::to_string(order).map_err(fail)?,
-            payload_type: "Order".to_owned(),
-            headers: Headers::new(),
-            created_at: chrono::Utc::now(),
-        });
-    }
+    let copies = copies_of(&committed, &names.destination, COPIES).map_err(fail)?;
     transport.republish(&copies).await.map_err(fail)?;
     eventually("every re-published copy handled", RECOVERY, || async {
         let now = finished_deliveries(dialect, &run.deliveries).await?;

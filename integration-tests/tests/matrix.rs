@@ -15,17 +15,16 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use oncebox::{Config, Headers, Oncebox, OutboundMessage};
+use oncebox::{Config, Oncebox};
 use oncebox_integration_tests::{
-    EventHandler, KafkaTransport, Ledger, MySqlStore, Names, Order, PgStore, RabbitTransport, SqliteStore,
-    Store, Transport,
+    EVENT_TYPE, EventHandler, KafkaTransport, Ledger, MySqlStore, Names, Order, PgStore, RabbitTransport,
+    SqliteStore, Store, Transport, copies_of,
 };
 use oncebox_testkit::case;
 use oncebox_testkit::eventually;
 use oncebox_testkit::runner::{Case, Failed, Suite, TestResult, fail, server_missing};
 use uuid::Uuid;
 
-const EVENT_TYPE: &str = "order-placed";
 const CONSUMER: &str = "effects";
 /// Publisher tasks per pair.
 const PUBLISHERS: i64 = 4;
@@ -215,19 +214,7 @@ async fn run<S: Store, T: Transport>(
 
     // Copies of delivered events straight to the broker, as after a lost acknowledgement.
     let before = deliveries.snapshot()?;
-    let mut copies: Vec<OutboundMessage> = Vec::new();
-    for (id, order) in committed.iter().take(COPIES) {
-        copies.push(OutboundMessage {
-            id: *id,
-            event_type: EVENT_TYPE.to_owned(),
-            topic: names.destination.clone(),
-            key: id.to_string(),
-            payload: serde_json::to_string(order).map_err(fail)?,
-            payload_type: "Order".to_owned(),
-            headers: Headers::new(),
-            created_at: chrono::Utc::now(),
-        });
-    }
+    let copies = copies_of(&committed, &names.destination, COPIES).map_err(fail)?;
     transport.republish(&copies).await.map_err(fail)?;
     eventually("every re-published copy delivered", WAIT, || async {
         let now = deliveries.snapshot()?;

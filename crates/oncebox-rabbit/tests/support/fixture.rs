@@ -327,34 +327,22 @@ impl Fixture {
 
     /// The next message in the dead-letter queue, polled for a bounded time.
     pub async fn dead_lettered(&self) -> Result<Option<lapin::message::BasicGetMessage>, Failed> {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            let got = self
-                .channel
-                .basic_get(
-                    ShortString::try_new(self.dead_letter_queue.as_str()).map_err(fail)?,
-                    BasicGetOptions { no_ack: true },
-                )
-                .await
-                .map_err(fail)?;
-            if got.is_some() || tokio::time::Instant::now() >= deadline {
-                return Ok(got);
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        self.next_in(&self.dead_letter_queue).await
     }
 
     /// The next message in the fixture's own queue, polled for a bounded time (after the listener
     /// stopped, what it left unacknowledged is back in the queue).
     pub async fn queued(&self) -> Result<Option<lapin::message::BasicGetMessage>, Failed> {
+        self.next_in(&self.queue).await
+    }
+
+    /// The next message in `queue`, taken without an acknowledgement, polled for a bounded time.
+    async fn next_in(&self, queue: &str) -> Result<Option<lapin::message::BasicGetMessage>, Failed> {
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {
             let got = self
                 .channel
-                .basic_get(
-                    ShortString::try_new(self.queue.as_str()).map_err(fail)?,
-                    BasicGetOptions { no_ack: true },
-                )
+                .basic_get(ShortString::try_new(queue).map_err(fail)?, BasicGetOptions { no_ack: true })
                 .await
                 .map_err(fail)?;
             if got.is_some() || tokio::time::Instant::now() >= deadline {
