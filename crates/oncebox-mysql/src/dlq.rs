@@ -8,7 +8,6 @@ use oncebox_core::event::{DlqCounts, DlqFilter, DlqSelection};
 use oncebox_core::{DlqDao, DlqEvent, DlqStatus, Error, OutboxEvent, Result};
 use oncebox_sqlx::{DecodeRow, count, status_counts};
 use sqlx::{MySqlPool, Row};
-use tracing::warn;
 use uuid::Uuid;
 
 use crate::error::{SqlxResultExt, database_error};
@@ -91,14 +90,6 @@ impl MySqlDlqDao {
     }
 }
 
-/// Logs DLQ rows that cannot be decoded: they stay in the DLQ (for `get` to explain and a person to
-/// fix or delete), but are left out of what is handed back, so one bad row does not hide the rest.
-fn warn_undecodable(undecodable: &[(Uuid, Error)]) {
-    for (id, error) in undecodable {
-        warn!(%id, %error, "a dead letter queue row cannot be decoded; left out of the result");
-    }
-}
-
 #[async_trait]
 impl DlqDao for MySqlDlqDao {
     async fn transfer_to_dlq(&self, max_rows: u32) -> Result<Vec<OutboxEvent>> {
@@ -119,9 +110,8 @@ impl DlqDao for MySqlDlqDao {
         // A row that cannot be decoded moves like the others (it failed for that reason); only
         // the list handed back, for the DLQ handler, lacks it.
         let decoded = MySqlRowFormat::decode_events(&rows, self.statements.tables.events())?;
-        warn_undecodable(&decoded.undecodable);
-        let ids: Vec<Uuid> =
-            decoded.rows.iter().map(|event| event.id).chain(decoded.undecodable_ids()).collect();
+        decoded.warn_left_out("a dead letter queue row");
+        let ids: Vec<Uuid> = decoded.ids().collect();
         let moved = decoded.rows;
         execute_over_ids(&mut tx, &self.statements.dlq_copy_failed, &ids, context).await?;
         execute_over_ids(&mut tx, &self.statements.delete_events_by_ids, &ids, context).await?;
@@ -193,7 +183,7 @@ impl DlqDao for MySqlDlqDao {
             .await
             .context("listing DLQ events")?;
         let decoded = MySqlRowFormat::decode_dlq_events(&rows, self.table())?;
-        warn_undecodable(&decoded.undecodable);
+        decoded.warn_left_out("a dead letter queue row");
         Ok(decoded.rows)
     }
 

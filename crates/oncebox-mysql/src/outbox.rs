@@ -120,8 +120,7 @@ impl OutboxDao for MySqlOutboxDao {
         // Each row on its own: one that cannot be read is claimed with the others and given up on
         // in the same transaction, and the others are sent.
         let decoded = MySqlRowFormat::decode_events(&rows, self.table())?;
-        let ids: Vec<Uuid> =
-            decoded.rows.iter().map(|event| event.id).chain(decoded.undecodable_ids()).collect();
+        let ids: Vec<Uuid> = decoded.ids().collect();
         for chunk in ids.chunks(MAX_IDS_PER_STATEMENT) {
             let statement = self.statements.claim_update.with_ids(id_slots(chunk.len()));
             let query = bind_ids(sqlx::query(statement).bind(claim_token).bind(claimed_at), chunk);

@@ -8,7 +8,6 @@ use oncebox_core::event::{DlqCounts, DlqFilter, DlqSelection};
 use oncebox_core::{DlqDao, DlqEvent, DlqStatus, Error, OutboxEvent, Result};
 use oncebox_sqlx::{DecodeRow, count, status_counts};
 use sqlx::PgPool;
-use tracing::warn;
 use uuid::Uuid;
 
 use crate::error::SqlxResultExt;
@@ -41,14 +40,6 @@ impl PgDlqDao {
     }
 }
 
-/// Logs DLQ rows that cannot be decoded: they stay in the DLQ (for `get` to explain and a person to
-/// fix or delete), but are left out of what is handed back, so one bad row does not hide the rest.
-fn warn_undecodable(undecodable: &[(Uuid, Error)]) {
-    for (id, error) in undecodable {
-        warn!(%id, %error, "a dead letter queue row cannot be decoded; left out of the result");
-    }
-}
-
 #[async_trait]
 impl DlqDao for PgDlqDao {
     async fn transfer_to_dlq(&self, max_rows: u32) -> Result<Vec<OutboxEvent>> {
@@ -63,7 +54,7 @@ impl DlqDao for PgDlqDao {
         // The rows have moved whatever they hold; one that cannot be decoded (it failed for that
         // reason) is only left out of the list handed back, for the DLQ handler.
         let decoded = PgRowFormat::decode_events(&rows, self.statements.tables.events())?;
-        warn_undecodable(&decoded.undecodable);
+        decoded.warn_left_out("a dead letter queue row");
         let mut moved = decoded.rows;
         moved.sort_by_key(|event| (event.updated_at, event.id));
         Ok(moved)
@@ -116,7 +107,7 @@ impl DlqDao for PgDlqDao {
             .await
             .context("listing DLQ events")?;
         let decoded = PgRowFormat::decode_dlq_events(&rows, self.table())?;
-        warn_undecodable(&decoded.undecodable);
+        decoded.warn_left_out("a dead letter queue row");
         Ok(decoded.rows)
     }
 

@@ -8,7 +8,6 @@ use oncebox_core::event::{DlqCounts, DlqFilter, DlqSelection};
 use oncebox_core::{DlqDao, DlqEvent, DlqStatus, Error, OutboxEvent, Result};
 use oncebox_sqlx::{DecodeRow, count, status_counts};
 use sqlx::SqlitePool;
-use tracing::warn;
 use uuid::Uuid;
 
 use crate::error::SqlxResultExt;
@@ -44,14 +43,6 @@ fn limit_value(limit: u32) -> i64 {
     i64::from(limit)
 }
 
-/// Logs DLQ rows that cannot be decoded: they stay in the DLQ (for `get` to explain and a person to
-/// fix or delete), but are left out of what is handed back, so one bad row does not hide the rest.
-fn warn_undecodable(undecodable: &[(Uuid, Error)]) {
-    for (id, error) in undecodable {
-        warn!(%id, %error, "a dead letter queue row cannot be decoded; left out of the result");
-    }
-}
-
 #[async_trait]
 impl DlqDao for SqliteDlqDao {
     async fn transfer_to_dlq(&self, limit: u32) -> Result<Vec<OutboxEvent>> {
@@ -71,16 +62,10 @@ impl DlqDao for SqliteDlqDao {
         // A row that cannot be decoded moves like the others (it failed for that reason); only
         // the list handed back, for the DLQ handler, lacks it.
         let decoded = SqliteRowFormat::decode_events(&rows, self.table())?;
-        warn_undecodable(&decoded.undecodable);
-        for (stored_id, error) in &decoded.malformed_ids {
-            warn!(id = %stored_id, %error, "a failed outbox row whose id is not a UUID moved to the DLQ");
-        }
+        decoded.warn_left_out("a dead letter queue row");
         // Deleted by the id as stored, so a row whose id is not a UUID leaves the outbox too.
         let ids: Vec<String> = decoded
-            .rows
-            .iter()
-            .map(|event| event.id)
-            .chain(decoded.undecodable_ids())
+            .ids()
             .map(|id| id.hyphenated().to_string())
             .chain(decoded.malformed_ids.iter().map(|(stored_id, _)| stored_id.clone()))
             .collect();
@@ -158,7 +143,7 @@ impl DlqDao for SqliteDlqDao {
             .await
             .context("listing DLQ events")?;
         let decoded = SqliteRowFormat::decode_dlq_events(&rows, self.table())?;
-        warn_undecodable(&decoded.undecodable);
+        decoded.warn_left_out("a dead letter queue row");
         Ok(decoded.rows)
     }
 

@@ -199,6 +199,13 @@ where
     }
 }
 
+impl DecodedRows<OutboxEvent> {
+    /// The ids of every row read whose id is a UUID: the decoded rows, then the undecodable ones.
+    pub fn ids(&self) -> impl Iterator<Item = Uuid> + '_ {
+        self.rows.iter().map(|event| event.id).chain(self.undecodable.iter().map(|(id, _)| *id))
+    }
+}
+
 /// The `last_error` of a row given up on because it cannot be decoded.
 fn never_sent(error: &Error) -> String {
     let text = format!("never sent: the row cannot be decoded: {error}");
@@ -218,9 +225,16 @@ pub struct DecodedRows<T> {
 }
 
 impl<T> DecodedRows<T> {
-    /// The ids of the rows that did not decode.
-    pub fn undecodable_ids(&self) -> Vec<Uuid> {
-        self.undecodable.iter().map(|(id, _)| *id).collect()
+    /// Logs the rows left out of [`rows`](Self::rows), `what` naming them (e.g. "a dead letter
+    /// queue row"): they stay where they are, for a person to fix or delete, and one bad row does
+    /// not hide the rest.
+    pub fn warn_left_out(&self, what: &str) {
+        for (id, error) in &self.undecodable {
+            tracing::warn!(%id, %error, "{what} cannot be decoded; left out of the result");
+        }
+        for (id, error) in &self.malformed_ids {
+            tracing::warn!(%id, %error, "{what} has an id that is not a UUID; left out of the result");
+        }
     }
 
     /// The rows that did not decode, each with the `last_error` text a dialect stores when it
