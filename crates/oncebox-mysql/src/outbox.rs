@@ -48,8 +48,27 @@ impl MySqlOutboxDao {
         self.statements.tables.events()
     }
 
+    /// Runs every statement of a settle on `connection` (a transaction when there are several).
+    async fn settle_all(
+        &self,
+        connection: &mut MySqlConnection,
+        token: Uuid,
+        processed: &[Uuid],
+        others: &[&Settlement],
+        context: &str,
+    ) -> Result<u64> {
+        let mut settled = 0;
+        if !processed.is_empty() {
+            settled += self.settle_processed(connection, token, processed, context).await?;
+        }
+        if !others.is_empty() {
+            settled += self.settle_outcomes(connection, token, others, context).await?;
+        }
+        Ok(settled)
+    }
+
     /// Settles the delivered events of a batch with one `UPDATE … WHERE id IN` per chunk, inside
-    /// the settle's transaction.
+    /// the settle's connection.
     async fn settle_processed(
         &self,
         tx: &mut MySqlConnection,
@@ -66,8 +85,8 @@ impl MySqlOutboxDao {
         Ok(settled)
     }
 
-    /// Settles retries and failures with one joined `UPDATE` per chunk, inside the settle's
-    /// transaction.
+    /// Settles retries and failures with one joined `UPDATE` per chunk, on the settle's
+    /// connection.
     async fn settle_outcomes(
         &self,
         tx: &mut MySqlConnection,
@@ -160,20 +179,25 @@ impl OutboxDao for MySqlOutboxDao {
                 _ => others.push(settlement),
             }
         }
-        // One transaction: when a later statement fails, the engine retries the whole settle, and
-        // it must find every row still under its token. Rows an earlier, committed statement had
-        // already settled would match nothing and be counted as refused, as if another worker had
-        // claimed them. The rows are the batch's own: claims skip them (SKIP LOCKED) and no other
-        // batch's settle touches them, so only stuck recovery can meet these short-held locks.
-        let mut tx = self.pool.begin().await.context(&context)?;
-        let mut settled = 0;
-        if !processed.is_empty() {
-            settled += self.settle_processed(&mut tx, batch.claim_token, &processed, &context).await?;
-        }
-        if !others.is_empty() {
-            settled += self.settle_outcomes(&mut tx, batch.claim_token, &others, &context).await?;
-        }
-        tx.commit().await.context(&context)?;
+        let statements =
+            processed.len().div_ceil(MAX_IDS_PER_STATEMENT) + others.len().div_ceil(OUTCOMES_PER_STATEMENT);
+        let settled = if statements == 1 {
+            // The common case (every row delivered, one chunk) is one statement, atomic on its own:
+            // no BEGIN and COMMIT round trips on the relay's hot path.
+            let mut connection = self.pool.acquire().await.context(&context)?;
+            self.settle_all(&mut connection, batch.claim_token, &processed, &others, &context).await?
+        } else {
+            // Several statements run in one transaction: when a later one fails, the engine
+            // retries the whole settle, and it must find every row still under its token. Rows an
+            // earlier, committed statement had already settled would match nothing and be counted
+            // as refused, as if another worker had claimed them. The rows are the batch's own:
+            // claims skip them (SKIP LOCKED) and no other batch's settle touches them, so only stuck
+            // recovery can meet these short-held locks.
+            let mut tx = self.pool.begin().await.context(&context)?;
+            let settled = self.settle_all(&mut tx, batch.claim_token, &processed, &others, &context).await?;
+            tx.commit().await.context(&context)?;
+            settled
+        };
         let total = settlements.len() as u64;
         Ok(SettleReport { settled, refused: total.saturating_sub(settled) })
     }
