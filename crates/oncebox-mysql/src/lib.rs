@@ -166,6 +166,28 @@ impl MySqlDialect {
         MySqlJobLock::new(self.pool.clone(), self.statements.clone())
     }
 
+    /// Runs the planned DDL on `connection`, which holds the schema lock.
+    async fn create_tables(
+        &self,
+        connection: &mut sqlx::MySqlConnection,
+        plan: SchemaPlan,
+        context: &str,
+    ) -> Result<()> {
+        let wanted = [plan.outbox, plan.dlq, plan.inbox, plan.jobs];
+        for (ddl, wanted) in self.statements.schema.iter().zip(wanted) {
+            if wanted {
+                sqlx::raw_sql(ddl.clone()).execute(&mut *connection).await.context(context)?;
+            }
+        }
+        // Tables created before `recoveries` existed get it, once: MySQL 8 has no
+        // ADD COLUMN IF NOT EXISTS.
+        if plan.outbox && !self.events_have_recoveries(connection).await? {
+            let ddl = self.statements.schema[ADD_RECOVERIES].clone();
+            sqlx::raw_sql(ddl).execute(&mut *connection).await.context(context)?;
+        }
+        Ok(())
+    }
+
     /// Whether the outbox table already has the `recoveries` column.
     async fn events_have_recoveries(&self, connection: &mut sqlx::MySqlConnection) -> Result<bool> {
         let (columns,): (i64,) = sqlx::query_as(self.statements.events_have_recoveries.clone())
@@ -192,7 +214,6 @@ impl Dialect for MySqlDialect {
     async fn create_schema(&self, plan: SchemaPlan) -> Result<()> {
         let context = "creating the oncebox tables";
         self.check_server().await?;
-        let wanted = [plan.outbox, plan.dlq, plan.inbox, plan.jobs, plan.outbox];
         // DDL commits implicitly in MySQL, so a transaction cannot serialize it; a named lock
         // held by this connection lets one instance create while the others wait.
         let mut connection = self.pool.acquire().await.context(context)?;
@@ -211,27 +232,7 @@ impl Dialect for MySqlDialect {
                 )),
             ));
         }
-        let mut created = Ok(());
-        for (index, (ddl, wanted)) in self.statements.schema.iter().zip(wanted).enumerate() {
-            if !wanted {
-                continue;
-            }
-            if index == ADD_RECOVERIES {
-                // Tables created before `recoveries` existed get it, once.
-                match self.events_have_recoveries(&mut connection).await {
-                    Ok(false) => {}
-                    Ok(true) => continue,
-                    Err(error) => {
-                        created = Err(error);
-                        break;
-                    }
-                }
-            }
-            created = sqlx::raw_sql(ddl.clone()).execute(&mut *connection).await.map(drop).context(context);
-            if created.is_err() {
-                break;
-            }
-        }
+        let created = self.create_tables(&mut connection, plan, context).await;
         let released = sqlx::query("SELECT RELEASE_LOCK(?)")
             .bind(SCHEMA_LOCK)
             .execute(&mut *connection)
