@@ -41,6 +41,22 @@ impl Backoff {
     }
 }
 
+/// The `n`-th wait of a doubling backoff: `first` for `n` 0 and 1, then twice the one before,
+/// never more than `cap`. The transports' reconnect and handler-retry waits all follow it.
+///
+/// ```
+/// use oncebox_core::retry::doubling_delay;
+/// use std::time::Duration;
+/// let (first, cap) = (Duration::from_millis(100), Duration::from_millis(350));
+/// let waits: Vec<u64> = (1..=4).map(|n| doubling_delay(first, cap, n).as_millis() as u64).collect();
+/// assert_eq!(waits, [100, 200, 350, 350]);
+/// ```
+pub fn doubling_delay(first: Duration, cap: Duration, n: u32) -> Duration {
+    // The exponent stops at 20: past it every realistic `first` is over any cap already.
+    let factor = 2u32.saturating_pow(n.saturating_sub(1).min(20));
+    first.saturating_mul(factor).min(cap)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+use oncebox_core::retry::doubling_delay;
 use oncebox_core::{Error, Result};
 use rdkafka::ClientConfig;
 use serde::Deserialize;
@@ -508,8 +509,7 @@ impl KafkaListenerConfig {
 
     /// The wait before run `attempt + 1` after `attempt` failed runs.
     pub(crate) fn retry_delay(&self, attempt: u32) -> Duration {
-        let factor = 2u32.saturating_pow(attempt.saturating_sub(1).min(20));
-        self.retry_min.saturating_mul(factor).min(self.retry_max)
+        doubling_delay(self.retry_min, self.retry_max, attempt)
     }
 
     pub(crate) fn client_config(&self) -> ClientConfig {

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use oncebox_core::retry::doubling_delay;
 use oncebox_core::{Error, Result};
 
 /// Default bound on one batch: connecting, publishing and waiting for every confirm. The same as the
@@ -104,8 +105,7 @@ impl RabbitSenderConfig {
         if failures == 0 {
             return Duration::ZERO;
         }
-        let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(20));
-        self.reconnect_min.saturating_mul(factor).min(self.reconnect_max)
+        doubling_delay(self.reconnect_min, self.reconnect_max, failures)
     }
 }
 

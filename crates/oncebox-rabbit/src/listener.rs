@@ -42,6 +42,7 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{Connection, ConnectionProperties, ExchangeKind};
 use oncebox_core::event::{HEADER_EVENT_ID, HEADER_EVENT_TYPE, HEADER_PAYLOAD_TYPE};
+use oncebox_core::retry::doubling_delay;
 use oncebox_core::{ConsumeError, Consumed, Error, ErrorKind, Headers, Inbox, Result};
 use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, watch};
@@ -293,14 +294,12 @@ impl RabbitListenerConfig {
     }
 
     fn reconnect_delay(&self, failures: u32) -> Duration {
-        let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(20));
-        self.reconnect_min.saturating_mul(factor).min(self.reconnect_max)
+        doubling_delay(self.reconnect_min, self.reconnect_max, failures)
     }
 
     /// The wait before run `attempt + 1` after `attempt` failed runs.
     fn retry_delay(&self, attempt: u32) -> Duration {
-        let factor = 2u32.saturating_pow(attempt.saturating_sub(1).min(20));
-        self.retry_min.saturating_mul(factor).min(self.retry_max)
+        doubling_delay(self.retry_min, self.retry_max, attempt)
     }
 }
 
