@@ -1,6 +1,7 @@
 //! What the chaos ledger's processes share: the file the `chaos_relay` and `chaos_consumer`
-//! binaries start from, the effect the consumer applies (recording every delivery first), and the
-//! stats file a relay keeps up to date so that its counters outlive a SIGKILL.
+//! binaries start from, the relay and the consumer themselves (generic over the dialect and the
+//! broker the file names), the effect the consumer applies (recording every delivery first), and
+//! the stats file a relay keeps up to date so that its counters outlive a SIGKILL.
 //!
 //! The file holds the library's own `oncebox:` block, validated by oncebox as any service's
 //! configuration would be, and a `chaos:` block naming what the run's processes meet on:
@@ -11,46 +12,114 @@
 //!   outbox: { events: { order-placed: { topic: oncebox_chaos_0123456789ab } } }
 //!   inbox: {}
 //! chaos:
+//!   database: postgres
+//!   broker: rabbit
 //!   event-type: order-placed
-//!   queue: oncebox_chaos_effects_0123456789ab
-//!   consumer: effects
+//!   orders-table: c_0123456789ab_orders
 //!   effects-table: c_0123456789ab_effects
 //!   deliveries-table: c_0123456789ab_deliveries
+//!   listener-group: oncebox_chaos_effects_0123456789ab
+//!   inbox-consumer: effects
 //!   stats-dir: /tmp/oncebox_chaos_0123456789ab
 //!   exit-on-stdin-eof: true
 //! ```
 //!
-//! Server addresses come only from `ONCEBOX_PG_URL` and `ONCEBOX_AMQP_URL`.
+//! Server addresses come only from the variables of docs/testing.md: `ONCEBOX_PG_URL` or
+//! `ONCEBOX_MYSQL_URL` (SQLite needs none: its file is named by the table prefix), and
+//! `ONCEBOX_AMQP_URL` or `ONCEBOX_KAFKA_BOOTSTRAP`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
-use oncebox::postgres::PgDialect;
-use oncebox::{Config, Consumed, Dialect, Error, ErrorKind, Inbox, Result, StatsSnapshot};
+use oncebox::{Config, Consumed, Error, ErrorKind, Lifecycle, Oncebox, Result, StatsSnapshot};
 use serde::{Deserialize, Serialize};
-use sqlx::AssertSqlSafe;
 use uuid::Uuid;
 
-use crate::plumbing;
+use crate::store::StoreInbox;
+use crate::{
+    EventHandler, KafkaTransport, MySqlStore, Names, PgStore, RabbitTransport, SqliteStore, Store, Transport,
+    plumbing,
+};
 
 /// The variable that makes `chaos_consumer` apply effects without the inbox (`1`), so that the
 /// ledger can be shown to catch double effects.
 pub const BROKEN_VARIABLE: &str = "ONCEBOX_CHAOS_BROKEN";
 
+/// How often a relay replaces its stats file.
+const STATS_EVERY: Duration = Duration::from_millis(200);
+/// The graceful shutdown deadline after SIGTERM.
+const SHUTDOWN: Duration = Duration::from_secs(5);
+
+/// The SQL database of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Database {
+    /// PostgreSQL at `ONCEBOX_PG_URL`.
+    Postgres,
+    /// MySQL or MariaDB at `ONCEBOX_MYSQL_URL`.
+    Mysql,
+    /// A SQLite file in the temp directory, named by the table prefix.
+    Sqlite,
+}
+
+impl Database {
+    /// Every database, in the order runs and tables list them.
+    pub const ALL: [Self; 3] = [Self::Postgres, Self::Mysql, Self::Sqlite];
+
+    /// The name used in pair names and files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Postgres => PgStore::NAME,
+            Self::Mysql => MySqlStore::NAME,
+            Self::Sqlite => SqliteStore::NAME,
+        }
+    }
+}
+
+/// The broker of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Broker {
+    /// RabbitMQ at `ONCEBOX_AMQP_URL`.
+    Rabbit,
+    /// A Kafka-protocol broker at `ONCEBOX_KAFKA_BOOTSTRAP`.
+    Kafka,
+}
+
+impl Broker {
+    /// Every broker, in the order runs and tables list them.
+    pub const ALL: [Self; 2] = [Self::Rabbit, Self::Kafka];
+
+    /// The name used in pair names and files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Rabbit => RabbitTransport::NAME,
+            Self::Kafka => KafkaTransport::NAME,
+        }
+    }
+}
+
 /// The `chaos:` block of the file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ChaosSettings {
+    /// The SQL database of the run.
+    pub database: Database,
+    /// The broker of the run.
+    pub broker: Broker,
     /// The one event type of the run (configured under `oncebox.outbox.events`).
     pub event_type: String,
-    /// The RabbitMQ queue the consumers share, bound to the event type's exchange.
-    pub queue: String,
-    /// The inbox consumer name.
-    pub consumer: String,
+    /// The business table the publisher writes.
+    pub orders_table: String,
     /// The table of effects: one row per applied event.
     pub effects_table: String,
     /// The table of deliveries: one row per delivery the consumers saw, written before the effect.
     pub deliveries_table: String,
+    /// The RabbitMQ queue or Kafka consumer group the consumers share.
+    pub listener_group: String,
+    /// The inbox consumer name.
+    pub inbox_consumer: String,
     /// Where relays keep their stats files.
     pub stats_dir: PathBuf,
     /// Exit (as on SIGTERM) when standard input reaches its end: the harness holds the other end
@@ -99,96 +168,142 @@ impl ChaosFile {
         Ok(Self { oncebox, chaos: raw.chaos })
     }
 
-    /// The exchange the event type is relayed to.
-    pub fn exchange(&self) -> Result<String> {
-        Ok(self.oncebox.event(&self.chaos.event_type)?.topic.clone())
+    /// The names the run's processes meet on, as the suites' stores and transports take them.
+    pub fn names(&self) -> Result<Names> {
+        Ok(Names {
+            prefix: self.oncebox.tables.names.prefix().to_owned(),
+            orders: self.chaos.orders_table.clone(),
+            effects: self.chaos.effects_table.clone(),
+            destination: self.oncebox.event(&self.chaos.event_type)?.topic.clone(),
+            consumer: self.chaos.listener_group.clone(),
+        })
     }
 }
 
-/// The value of a required server variable.
-pub fn required_variable(variable: &str) -> Result<String> {
-    crate::store::server_url(variable)
-        .ok_or_else(|| Error::new(ErrorKind::Config, format!("{variable} is not set")))
+/// The store named by the file, from the environment.
+fn store<S: Store>(names: &Names) -> Result<S> {
+    S::from_env(names).ok_or_else(|| missing_variable(S::VARIABLE.unwrap_or("the database variable")))
 }
 
-/// The inbox type of the PostgreSQL dialect.
-pub type PgInbox = Inbox<Arc<<PgDialect as Dialect>::Writer>>;
-
-fn database_error(context: &str) -> impl FnOnce(sqlx::Error) -> Error + '_ {
-    move |error| Error::database(context, false, error)
+/// The transport named by the file, from the environment.
+fn transport<T: Transport>() -> Result<T> {
+    T::from_env().ok_or_else(|| missing_variable(T::VARIABLE))
 }
 
-/// Creates the deliveries table: every delivery a consumer saw, with the outcome once known.
-pub async fn create_deliveries_table(pool: &sqlx::PgPool, table: &str) -> Result<()> {
-    let statement = format!(
-        "CREATE TABLE {table} (delivery_id BIGSERIAL PRIMARY KEY, event_id VARCHAR(36) NOT NULL, \
-         pid BIGINT NOT NULL, outcome VARCHAR(16))"
-    );
-    sqlx::raw_sql(AssertSqlSafe(statement))
-        .execute(pool)
-        .await
-        .map_err(database_error("creating the deliveries table"))?;
-    Ok(())
+fn missing_variable(variable: &str) -> Error {
+    Error::new(ErrorKind::Config, format!("{variable} is not set"))
+}
+
+/// Runs `$body` with `S` and `T` bound to the store and transport the settings name.
+macro_rules! with_pair {
+    ($settings:expr, $body:ident ( $($argument:expr),* )) => {
+        match ($settings.database, $settings.broker) {
+            (Database::Postgres, Broker::Rabbit) => $body::<PgStore, RabbitTransport>($($argument),*).await,
+            (Database::Postgres, Broker::Kafka) => $body::<PgStore, KafkaTransport>($($argument),*).await,
+            (Database::Mysql, Broker::Rabbit) => $body::<MySqlStore, RabbitTransport>($($argument),*).await,
+            (Database::Mysql, Broker::Kafka) => $body::<MySqlStore, KafkaTransport>($($argument),*).await,
+            (Database::Sqlite, Broker::Rabbit) => $body::<SqliteStore, RabbitTransport>($($argument),*).await,
+            (Database::Sqlite, Broker::Kafka) => $body::<SqliteStore, KafkaTransport>($($argument),*).await,
+        }
+    };
+}
+
+/// The relay process: an `Oncebox` engine on the file's dialect and broker, running until
+/// SIGTERM (or the end of standard input), replacing its stats file every 200 ms.
+pub async fn run_relay(file: &ChaosFile) -> Result<()> {
+    with_pair!(file.chaos, relay(file))
+}
+
+async fn relay<S: Store, T: Transport>(file: &ChaosFile) -> Result<()> {
+    let names = file.names()?;
+    let emergency_timeout = file
+        .oncebox
+        .outbox
+        .as_ref()
+        .map(|outbox| outbox.emergency_timeout)
+        .ok_or_else(|| Error::config("oncebox.outbox", "a relay needs the outbox section"))?;
+    let outbox = Oncebox::builder(file.oncebox.clone())
+        .dialect(store::<S>(&names)?.open().await?)
+        .sender_arc(transport::<T>()?.sender(emergency_timeout)?)
+        .start()
+        .await?;
+    let stats_path = RelayStats::path(&file.chaos.stats_dir, std::process::id());
+    RelayStats::from(outbox.stats()).write(&stats_path)?;
+
+    let mut stop = std::pin::pin!(terminated(file.chaos.exit_on_stdin_eof));
+    let failure = loop {
+        tokio::select! {
+            () = &mut stop => break None,
+            () = tokio::time::sleep(STATS_EVERY) => {}
+        }
+        RelayStats::from(outbox.stats()).write(&stats_path)?;
+        if let Lifecycle::Failed(reason) = outbox.state() {
+            break Some(reason);
+        }
+    };
+    let shutdown = outbox.shutdown(SHUTDOWN).await;
+    RelayStats::from(outbox.stats()).write(&stats_path)?;
+    if let Some(reason) = failure {
+        return Err(Error::new(ErrorKind::Other, format!("the engine failed: {reason}")));
+    }
+    shutdown
+}
+
+/// The consumer process: a consumer-only oncebox (the inbox and its clean-up, no pollers) and
+/// the broker's listener, applying each event through [`apply_event`]; with `broken`, without the
+/// inbox.
+pub async fn run_consumer(file: &ChaosFile, broken: bool) -> Result<()> {
+    with_pair!(file.chaos, consumer(file, broken))
+}
+
+async fn consumer<S: Store, T: Transport>(file: &ChaosFile, broken: bool) -> Result<()> {
+    let names = Arc::new(file.names()?);
+    let mut config = file.oncebox.clone();
+    config.outbox = None;
+    let oncebox = Oncebox::builder(config).dialect(store::<S>(&names)?.open().await?).start().await?;
+    let inbox = oncebox.inbox(file.chaos.inbox_consumer.clone());
+    let dialect = oncebox.dialect().clone();
+    let deliveries: Arc<str> = file.chaos.deliveries_table.as_str().into();
+    let handler: EventHandler = {
+        let names = names.clone();
+        Arc::new(move |id, _order| {
+            let (dialect, inbox, names, deliveries) =
+                (dialect.clone(), inbox.clone(), names.clone(), deliveries.clone());
+            Box::pin(async move { apply_event::<S>(&dialect, &inbox, &names, &deliveries, id, broken).await })
+        })
+    };
+    let listening = transport::<T>()?.listen(&names, &file.chaos.event_type, handler).await?;
+    let listened = listening.until(terminated(file.chaos.exit_on_stdin_eof)).await;
+    let shutdown = oncebox.shutdown(SHUTDOWN).await;
+    listened?;
+    shutdown
 }
 
 /// Handles one delivery of event `id`: records the delivery (committed on its own, so a SIGKILL
-/// right after loses nothing), applies the effect, then notes the outcome on the delivery row.
-///
-/// The effect goes through the inbox: `record_in`, the effect row, commit, `remember` — one
-/// transaction, `Inbox::consume_in` spelled out (see `Store::apply` for why). With `broken`, the
-/// effect row is written without any inbox check, so every redelivery applies it again.
-pub async fn apply_event(
-    pool: &sqlx::PgPool,
-    inbox: &PgInbox,
-    settings: &ChaosSettings,
+/// right after loses nothing), applies the effect through the inbox ([`Store::apply`]: the inbox
+/// record and the effect row in one transaction), then notes the outcome on the delivery row.
+/// With `broken`, the effect row is written without any inbox check, so every redelivery applies
+/// it again.
+pub async fn apply_event<S: Store>(
+    dialect: &S::Dialect,
+    inbox: &StoreInbox<S>,
+    names: &Names,
+    deliveries: &str,
     id: Uuid,
     broken: bool,
 ) -> Result<Consumed<()>> {
-    let record = format!(
-        "INSERT INTO {} (event_id, pid) VALUES ($1, $2) RETURNING delivery_id",
-        settings.deliveries_table
-    );
-    let delivery: i64 = sqlx::query_scalar(AssertSqlSafe(record))
-        .bind(id.to_string())
-        .bind(i64::from(std::process::id()))
-        .fetch_one(pool)
-        .await
-        .map_err(database_error("recording a delivery"))?;
-    let effect = format!("INSERT INTO {} (event_id) VALUES ($1)", settings.effects_table);
+    let delivery = S::record_delivery(dialect, deliveries, id, std::process::id()).await?;
     let outcome = if broken {
-        sqlx::query(AssertSqlSafe(effect))
-            .bind(id.to_string())
-            .execute(pool)
-            .await
-            .map_err(database_error("inserting the effect"))?;
+        S::apply_without_inbox(dialect, names, id).await?;
         Consumed::Applied(())
     } else {
-        let mut tx = pool.begin().await.map_err(database_error("begin"))?;
-        if inbox.record_in(&mut tx, id).await? {
-            sqlx::query(AssertSqlSafe(effect))
-                .bind(id.to_string())
-                .execute(&mut *tx)
-                .await
-                .map_err(database_error("inserting the effect"))?;
-            tx.commit().await.map_err(database_error("commit"))?;
-            inbox.remember(id).await;
-            Consumed::Applied(())
-        } else {
-            tx.rollback().await.map_err(database_error("rollback"))?;
-            Consumed::Duplicate
-        }
+        S::apply(dialect, inbox, names, id, false).await?
     };
     let label = match outcome {
         Consumed::Applied(()) => "applied",
         Consumed::Duplicate => "duplicate",
     };
-    let note = format!("UPDATE {} SET outcome = $1 WHERE delivery_id = $2", settings.deliveries_table);
-    sqlx::query(AssertSqlSafe(note))
-        .bind(label)
-        .bind(delivery)
-        .execute(pool)
-        .await
-        .map_err(database_error("noting a delivery's outcome"))?;
+    S::note_delivery(dialect, deliveries, &delivery, label).await?;
     Ok(outcome)
 }
 

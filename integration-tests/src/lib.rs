@@ -16,12 +16,14 @@
 #![deny(missing_docs)]
 
 pub mod chaos;
+pub mod harness;
 pub mod ledger;
+pub mod servers;
 pub mod store;
 pub mod transport;
 
 pub use ledger::Ledger;
-pub use store::{MySqlStore, Names, Order, PgStore, SqliteStore, Store};
+pub use store::{MySqlStore, Names, Order, PgStore, Placed, SqliteStore, Store};
 pub use transport::{EventHandler, KafkaTransport, Listening, RabbitTransport, Transport};
 
 /// A name no other run (in this or a concurrent test process) uses, made of `[a-z0-9_]` so that it

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use oncebox::mysql::MySqlDialect;
 use oncebox::postgres::PgDialect;
 use oncebox::sqlite::SqliteDialect;
-use oncebox::{Consumed, Dialect, Error, ErrorKind, Inbox, Oncebox, Result};
+use oncebox::{Consumed, Dialect, Error, ErrorKind, Inbox, Publisher, Result};
 use serde::{Deserialize, Serialize};
 use sqlx::AssertSqlSafe;
 use uuid::Uuid;
@@ -75,8 +75,15 @@ pub trait Store: Sized + Send + Sync + 'static {
     /// instance has its own pool as a second process would; one for the single-process SQLite.
     const RELAYS: usize;
 
+    /// The store its server variable names, read through `variable` (the environment, or the
+    /// environment with a private server's address in place of the shared one); `None` when the
+    /// variable is not set.
+    fn from_variables(variable: &dyn Fn(&str) -> Option<String>, names: &Names) -> Option<Self>;
+
     /// The store configured by the environment, `None` when its variable is not set.
-    fn from_env(names: &Names) -> Option<Self>;
+    fn from_env(names: &Names) -> Option<Self> {
+        Self::from_variables(&server_url, names)
+    }
 
     /// A new dialect over the store's database, on a pool of its own.
     fn open(&self) -> impl Future<Output = Result<Self::Dialect>> + Send;
@@ -88,16 +95,17 @@ pub trait Store: Sized + Send + Sync + 'static {
         names: &Names,
     ) -> impl Future<Output = Result<()>> + Send;
 
-    /// Inserts `orders` into the business table and publishes their events (`publish` for one,
-    /// `publish_all` for several) in one transaction, then commits it or rolls it back. Returns
-    /// the event ids.
+    /// Inserts `orders` into the business table and publishes their events through `publisher`
+    /// (`publish` for one, `publish_all` for several) in one transaction, then commits it or rolls
+    /// it back; what became of the transaction, with the event ids when they were handed out.
     fn place(
-        outbox: &Oncebox<Self::Dialect>,
+        dialect: &Self::Dialect,
+        publisher: &StorePublisher<Self>,
         names: &Names,
         event_type: &str,
         orders: &[Order],
         commit: bool,
-    ) -> impl Future<Output = Result<Vec<Uuid>>> + Send;
+    ) -> impl Future<Output = Placed> + Send;
 
     /// Applies event `id` through `inbox`, transactionally: the inbox record and the effect row
     /// commit together; a duplicate commits nothing new. With `fail`, the effect writes its row
@@ -122,6 +130,53 @@ pub trait Store: Sized + Send + Sync + 'static {
         names: &Names,
     ) -> impl Future<Output = Result<Vec<(String, i64)>>> + Send;
 
+    /// Creates the deliveries table: one row per delivery a consumer saw, written before the
+    /// effect, with the outcome once known.
+    fn create_deliveries_table(
+        dialect: &Self::Dialect,
+        table: &str,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Records a delivery of event `id` to the process `pid` (committed on its own, so a kill right
+    /// after loses nothing); returns the delivery's key for [`Store::note_delivery`].
+    fn record_delivery(
+        dialect: &Self::Dialect,
+        table: &str,
+        id: Uuid,
+        pid: u32,
+    ) -> impl Future<Output = Result<String>> + Send;
+
+    /// Notes the outcome (`applied`, `duplicate`) of the delivery `delivery`.
+    fn note_delivery(
+        dialect: &Self::Dialect,
+        table: &str,
+        delivery: &str,
+        outcome: &str,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Deliveries by event id: `(event id, deliveries)`; with `finished`, only those whose handler
+    /// noted an outcome.
+    fn deliveries(
+        dialect: &Self::Dialect,
+        table: &str,
+        finished: bool,
+    ) -> impl Future<Output = Result<Vec<(String, i64)>>> + Send;
+
+    /// Writes the effect row of event `id` with no inbox check at all: the deliberately broken
+    /// consumer, which applies every redelivery again.
+    fn apply_without_inbox(
+        dialect: &Self::Dialect,
+        names: &Names,
+        id: Uuid,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// The order numbers in the business table: which transactions committed, when a commit's
+    /// reply was lost.
+    fn orders(dialect: &Self::Dialect, names: &Names) -> impl Future<Output = Result<Vec<i64>>> + Send;
+
+    /// Drops `table` when it exists.
+    fn drop_table(dialect: &Self::Dialect, table: &str) -> impl Future<Output = Result<()>> + Send;
+
     /// Removes what the run created: its tables, or the database file.
     fn dispose(&self, dialect: &Self::Dialect, names: &Names) -> impl Future<Output = Result<()>> + Send;
 }
@@ -130,9 +185,32 @@ fn database_error(context: &str) -> impl FnOnce(sqlx::Error) -> Error + '_ {
     move |error| Error::database(context, false, error)
 }
 
-/// The three stores take the same SQL but for their placeholders, so one body serves them all.
+/// What became of one business transaction of [`Store::place`].
+#[derive(Debug)]
+pub enum Placed {
+    /// Committed: these events exist.
+    Committed(Vec<Uuid>),
+    /// Rolled back on purpose: these events never existed.
+    RolledBack(Vec<Uuid>),
+    /// The transaction failed before its commit was sent, so nothing of it was committed; the
+    /// ids are those handed out before the failure (none when the publish itself failed).
+    Failed(Vec<Uuid>, Error),
+    /// The commit was sent but its answer never came (the server restarted, the connection
+    /// broke): the transaction may or may not have committed, and only the database can tell.
+    InDoubt(Vec<Uuid>, Error),
+}
+
+/// The publisher type the facade hands out for a store's dialect.
+pub type StorePublisher<S> = Publisher<Arc<<<S as Store>::Dialect as Dialect>::Writer>>;
+
+/// The `n`th bind marker: `$n` for PostgreSQL and SQLite, `?` for MySQL.
+fn mark(numbered: bool, n: usize) -> String {
+    if numbered { format!("${n}") } else { "?".to_owned() }
+}
+
+/// The three stores take the same SQL but for their bind markers, so one body serves them all.
 macro_rules! sql_store_operations {
-    ($dialect:ty, $database:ty, $insert_order:literal, $insert_effect:literal) => {
+    ($dialect:ty, numbered: $numbered:literal) => {
         type Dialect = $dialect;
 
         async fn create_business_tables(&self, dialect: &$dialect, names: &Names) -> Result<()> {
@@ -150,31 +228,52 @@ macro_rules! sql_store_operations {
         }
 
         async fn place(
-            outbox: &Oncebox<$dialect>,
+            dialect: &$dialect,
+            publisher: &StorePublisher<Self>,
             names: &Names,
             event_type: &str,
             orders: &[Order],
             commit: bool,
-        ) -> Result<Vec<Uuid>> {
-            let mut tx = outbox.dialect().pool().begin().await.map_err(database_error("begin"))?;
+        ) -> Placed {
+            let insert = format!(
+                "INSERT INTO {} (id, total_cents) VALUES ({}, {})",
+                names.orders,
+                mark($numbered, 1),
+                mark($numbered, 2)
+            );
+            let mut tx = match dialect.pool().begin().await {
+                Ok(tx) => tx,
+                Err(error) => return Placed::Failed(Vec::new(), database_error("begin")(error)),
+            };
             for order in orders {
-                sqlx::query(AssertSqlSafe(format!($insert_order, names.orders)))
+                let inserted = sqlx::query(AssertSqlSafe(insert.clone()))
                     .bind(order.order)
                     .bind(order.total_cents)
                     .execute(&mut *tx)
-                    .await
-                    .map_err(database_error("inserting an order"))?;
+                    .await;
+                if let Err(error) = inserted {
+                    return Placed::Failed(Vec::new(), database_error("inserting an order")(error));
+                }
             }
-            let ids = match orders {
-                [order] => vec![outbox.publisher().publish(&mut tx, event_type, order).await?],
-                _ => outbox.publisher().publish_all(&mut tx, event_type, orders).await?,
+            let published = match orders {
+                [order] => publisher.publish(&mut tx, event_type, order).await.map(|id| vec![id]),
+                _ => publisher.publish_all(&mut tx, event_type, orders).await,
             };
-            if commit {
-                tx.commit().await.map_err(database_error("commit"))?;
-            } else {
-                tx.rollback().await.map_err(database_error("rollback"))?;
+            let ids = match published {
+                Ok(ids) => ids,
+                Err(error) => return Placed::Failed(Vec::new(), error),
+            };
+            if !commit {
+                return match tx.rollback().await {
+                    Ok(()) => Placed::RolledBack(ids),
+                    // A failed rollback still commits nothing.
+                    Err(error) => Placed::Failed(ids, database_error("rollback")(error)),
+                };
             }
-            Ok(ids)
+            match tx.commit().await {
+                Ok(()) => Placed::Committed(ids),
+                Err(error) => Placed::InDoubt(ids, database_error("commit")(error)),
+            }
         }
 
         async fn apply(
@@ -184,7 +283,7 @@ macro_rules! sql_store_operations {
             id: Uuid,
             fail: bool,
         ) -> Result<Consumed<()>> {
-            let insert = format!($insert_effect, names.effects);
+            let insert = format!("INSERT INTO {} (event_id) VALUES ({})", names.effects, mark($numbered, 1));
             let mut tx = dialect.pool().begin().await.map_err(database_error("begin"))?;
             // `Inbox::consume_in`, spelled out: its future with an effect borrowing the transaction
             // fails the `Send` check the listener needs ("implementation of `AsyncFnOnce` is not
@@ -230,6 +329,87 @@ macro_rules! sql_store_operations {
                 .await
                 .map_err(database_error("counting outbox rows"))
         }
+
+        async fn create_deliveries_table(dialect: &$dialect, table: &str) -> Result<()> {
+            let statement = format!(
+                "CREATE TABLE {table} (delivery_id VARCHAR(36) PRIMARY KEY, event_id VARCHAR(36) NOT NULL, \
+                 pid BIGINT NOT NULL, outcome VARCHAR(16))"
+            );
+            sqlx::raw_sql(AssertSqlSafe(statement))
+                .execute(dialect.pool())
+                .await
+                .map_err(database_error("creating the deliveries table"))?;
+            Ok(())
+        }
+
+        async fn record_delivery(dialect: &$dialect, table: &str, id: Uuid, pid: u32) -> Result<String> {
+            // A key made here rather than by the database, so that no dialect needs RETURNING.
+            let delivery = Uuid::new_v4().to_string();
+            let sql = format!(
+                "INSERT INTO {table} (delivery_id, event_id, pid) VALUES ({}, {}, {})",
+                mark($numbered, 1),
+                mark($numbered, 2),
+                mark($numbered, 3)
+            );
+            sqlx::query(AssertSqlSafe(sql))
+                .bind(&delivery)
+                .bind(id.to_string())
+                .bind(i64::from(pid))
+                .execute(dialect.pool())
+                .await
+                .map_err(database_error("recording a delivery"))?;
+            Ok(delivery)
+        }
+
+        async fn note_delivery(dialect: &$dialect, table: &str, delivery: &str, outcome: &str) -> Result<()> {
+            let sql = format!(
+                "UPDATE {table} SET outcome = {} WHERE delivery_id = {}",
+                mark($numbered, 1),
+                mark($numbered, 2)
+            );
+            sqlx::query(AssertSqlSafe(sql))
+                .bind(outcome)
+                .bind(delivery)
+                .execute(dialect.pool())
+                .await
+                .map_err(database_error("noting a delivery's outcome"))?;
+            Ok(())
+        }
+
+        async fn deliveries(dialect: &$dialect, table: &str, finished: bool) -> Result<Vec<(String, i64)>> {
+            let only = if finished { " WHERE outcome IS NOT NULL" } else { "" };
+            let sql = format!("SELECT event_id, COUNT(*) FROM {table}{only} GROUP BY event_id");
+            sqlx::query_as(AssertSqlSafe(sql))
+                .fetch_all(dialect.pool())
+                .await
+                .map_err(database_error("counting deliveries"))
+        }
+
+        async fn apply_without_inbox(dialect: &$dialect, names: &Names, id: Uuid) -> Result<()> {
+            let insert = format!("INSERT INTO {} (event_id) VALUES ({})", names.effects, mark($numbered, 1));
+            sqlx::query(AssertSqlSafe(insert))
+                .bind(id.to_string())
+                .execute(dialect.pool())
+                .await
+                .map_err(database_error("inserting the effect"))?;
+            Ok(())
+        }
+
+        async fn orders(dialect: &$dialect, names: &Names) -> Result<Vec<i64>> {
+            let sql = format!("SELECT id FROM {}", names.orders);
+            sqlx::query_scalar(AssertSqlSafe(sql))
+                .fetch_all(dialect.pool())
+                .await
+                .map_err(database_error("reading the orders"))
+        }
+
+        async fn drop_table(dialect: &$dialect, table: &str) -> Result<()> {
+            sqlx::raw_sql(AssertSqlSafe(format!("DROP TABLE IF EXISTS {table}")))
+                .execute(dialect.pool())
+                .await
+                .map_err(database_error("dropping a table"))?;
+            Ok(())
+        }
     };
 }
 
@@ -260,8 +440,8 @@ impl Store for PgStore {
     const VARIABLE: Option<&'static str> = Some("ONCEBOX_PG_URL");
     const RELAYS: usize = 2;
 
-    fn from_env(_names: &Names) -> Option<Self> {
-        server_url("ONCEBOX_PG_URL").map(|url| Self { url })
+    fn from_variables(variable: &dyn Fn(&str) -> Option<String>, _names: &Names) -> Option<Self> {
+        variable("ONCEBOX_PG_URL").map(|url| Self { url })
     }
 
     async fn open(&self) -> Result<PgDialect> {
@@ -272,12 +452,7 @@ impl Store for PgStore {
         drop_tables(dialect.pool(), names).await
     }
 
-    sql_store_operations!(
-        PgDialect,
-        sqlx::Postgres,
-        "INSERT INTO {} (id, total_cents) VALUES ($1, $2)",
-        "INSERT INTO {} (event_id) VALUES ($1)"
-    );
+    sql_store_operations!(PgDialect, numbered: true);
 }
 
 /// MySQL 8 or MariaDB 10.6+ at `ONCEBOX_MYSQL_URL`, tables under a fresh prefix in that database.
@@ -290,8 +465,8 @@ impl Store for MySqlStore {
     const VARIABLE: Option<&'static str> = Some("ONCEBOX_MYSQL_URL");
     const RELAYS: usize = 2;
 
-    fn from_env(_names: &Names) -> Option<Self> {
-        server_url("ONCEBOX_MYSQL_URL").map(|url| Self { url })
+    fn from_variables(variable: &dyn Fn(&str) -> Option<String>, _names: &Names) -> Option<Self> {
+        variable("ONCEBOX_MYSQL_URL").map(|url| Self { url })
     }
 
     async fn open(&self) -> Result<MySqlDialect> {
@@ -302,12 +477,7 @@ impl Store for MySqlStore {
         drop_tables(dialect.pool(), names).await
     }
 
-    sql_store_operations!(
-        MySqlDialect,
-        sqlx::MySql,
-        "INSERT INTO {} (id, total_cents) VALUES (?, ?)",
-        "INSERT INTO {} (event_id) VALUES (?)"
-    );
+    sql_store_operations!(MySqlDialect, numbered: false);
 }
 
 /// SQLite in a fresh file of the temp directory, deleted at the end.
@@ -320,7 +490,7 @@ impl Store for SqliteStore {
     const VARIABLE: Option<&'static str> = None;
     const RELAYS: usize = 1;
 
-    fn from_env(names: &Names) -> Option<Self> {
+    fn from_variables(_variable: &dyn Fn(&str) -> Option<String>, names: &Names) -> Option<Self> {
         Some(Self {
             path: std::env::temp_dir().join(format!("oncebox-{}.db", names.prefix.trim_end_matches('_'))),
         })
@@ -345,12 +515,7 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    sql_store_operations!(
-        SqliteDialect,
-        sqlx::Sqlite,
-        "INSERT INTO {} (id, total_cents) VALUES ($1, $2)",
-        "INSERT INTO {} (event_id) VALUES ($1)"
-    );
+    sql_store_operations!(SqliteDialect, numbered: true);
 }
 
 /// The value of `variable`, when it is set and not empty.

@@ -24,12 +24,16 @@ use uuid::Uuid;
 use crate::plumbing;
 use crate::store::{Names, Order, server_url};
 
-/// How long a sender waits for the broker's acknowledgement of a batch.
-const EMERGENCY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a sender waits for the broker's acknowledgement of a batch, unless told otherwise.
+pub const EMERGENCY_TIMEOUT: Duration = Duration::from_secs(5);
 /// A listener retries a failed handler after this, doubling up to [`RETRY_MAX`].
 const RETRY_MIN: Duration = Duration::from_millis(20);
 /// The longest wait before a listener retries a failed handler.
 const RETRY_MAX: Duration = Duration::from_millis(200);
+/// The Kafka group session timeout of a listener, in milliseconds.
+const SESSION_TIMEOUT_MS: &str = "6000";
+/// How often a Kafka listener tells the group it is alive, in milliseconds.
+const HEARTBEAT_INTERVAL_MS: &str = "1000";
 /// How long a set-up step (topic creation, queue declaration) may take.
 const SET_UP: Duration = Duration::from_secs(30);
 
@@ -63,6 +67,18 @@ impl Listening {
         let _ = self.stop.send(());
         self.task.await.map_err(|error| plumbing("the listener task", error))?
     }
+
+    /// Listens until `stop` completes, then stops; a listener that ends by itself first ends this
+    /// too, with its error, so that a process built on it never keeps running deaf.
+    pub async fn until(mut self, stop: impl Future<Output = ()>) -> Result<()> {
+        tokio::select! {
+            () = stop => self.stop().await,
+            ended = &mut self.task => {
+                ended.map_err(|error| plumbing("the listener task", error))??;
+                Err(plumbing("the listener", "it stopped by itself"))
+            }
+        }
+    }
 }
 
 /// One broker under test, named by an environment variable.
@@ -72,14 +88,22 @@ pub trait Transport: Sized + Send + Sync + 'static {
     /// The variable naming the broker.
     const VARIABLE: &'static str;
 
+    /// The transport its server variable names, read through `variable` (the environment, or the
+    /// environment with a private broker's address in place of the shared one); `None` when the
+    /// variable is not set.
+    fn from_variables(variable: &dyn Fn(&str) -> Option<String>) -> Option<Self>;
+
     /// The transport configured by the environment, `None` when its variable is not set.
-    fn from_env() -> Option<Self>;
+    fn from_env() -> Option<Self> {
+        Self::from_variables(&server_url)
+    }
 
     /// Creates what must exist before anything is published to `names.destination`.
     fn prepare(&self, names: &Names) -> impl Future<Output = Result<()>> + Send;
 
-    /// A new sender for the relay.
-    fn sender(&self) -> Result<Arc<dyn Sender>>;
+    /// A new sender for the relay, waiting at most `emergency_timeout` for the broker's
+    /// acknowledgement of a batch.
+    fn sender(&self, emergency_timeout: Duration) -> Result<Arc<dyn Sender>>;
 
     /// Starts the transport's listener on `names.consumer`, handing every delivery of `event_type`
     /// to `handler`; returns once deliveries published from now on reach it.
@@ -89,6 +113,10 @@ pub trait Transport: Sized + Send + Sync + 'static {
         event_type: &str,
         handler: EventHandler,
     ) -> impl Future<Output = Result<Listening>> + Send;
+
+    /// Waits until a listener started on `names.consumer` (in this or another process) receives
+    /// what is published from now on.
+    fn await_listener(&self, names: &Names) -> impl Future<Output = Result<()>> + Send;
 
     /// Sends `messages` again through a sender of its own, as the relay does after a lost
     /// acknowledgement; fails unless the broker acknowledged every one.
@@ -124,8 +152,8 @@ impl Transport for KafkaTransport {
     const NAME: &'static str = "kafka";
     const VARIABLE: &'static str = "ONCEBOX_KAFKA_BOOTSTRAP";
 
-    fn from_env() -> Option<Self> {
-        server_url(Self::VARIABLE).map(|bootstrap| Self { bootstrap })
+    fn from_variables(variable: &dyn Fn(&str) -> Option<String>) -> Option<Self> {
+        variable(Self::VARIABLE).map(|bootstrap| Self { bootstrap })
     }
 
     async fn prepare(&self, names: &Names) -> Result<()> {
@@ -142,19 +170,28 @@ impl Transport for KafkaTransport {
         Ok(())
     }
 
-    fn sender(&self) -> Result<Arc<dyn Sender>> {
-        let config = KafkaSenderConfig::new(&self.bootstrap).with_emergency_timeout(EMERGENCY_TIMEOUT);
+    fn sender(&self, emergency_timeout: Duration) -> Result<Arc<dyn Sender>> {
+        let config = KafkaSenderConfig::new(&self.bootstrap).with_emergency_timeout(emergency_timeout);
         Ok(Arc::new(KafkaSender::new(config)?))
     }
 
     async fn listen(&self, names: &Names, event_type: &str, handler: EventHandler) -> Result<Listening> {
         let config = KafkaListenerConfig::new(&self.bootstrap, &names.consumer, [names.destination.as_str()])
-            .with_retry_backoff(RETRY_MIN, RETRY_MAX);
+            .with_retry_backoff(RETRY_MIN, RETRY_MAX)
+            // A member that died is noticed after this rather than librdkafka's 45 s, so its
+            // partitions move to a live member while a run still waits for them.
+            .with_consumer_property("session.timeout.ms", SESSION_TIMEOUT_MS)
+            .with_consumer_property("heartbeat.interval.ms", HEARTBEAT_INTERVAL_MS);
         // A fresh group starts at the earliest offset, so nothing published before it joined is missed.
         let listener = KafkaListener::builder(config)
             .on(event_type, move |event: KafkaEvent<Order>| handler(event.id, event.payload))
             .build()?;
         Ok(Listening::spawn(|shutdown| async move { listener.run(shutdown).await }))
+    }
+
+    async fn await_listener(&self, _names: &Names) -> Result<()> {
+        // The topic exists from `prepare`, and a new group starts at the earliest offset.
+        Ok(())
     }
 
     async fn republish(&self, messages: &[OutboundMessage]) -> Result<()> {
@@ -215,8 +252,8 @@ impl Transport for RabbitTransport {
     const NAME: &'static str = "rabbit";
     const VARIABLE: &'static str = "ONCEBOX_AMQP_URL";
 
-    fn from_env() -> Option<Self> {
-        server_url(Self::VARIABLE).map(|url| Self { url })
+    fn from_variables(variable: &dyn Fn(&str) -> Option<String>) -> Option<Self> {
+        variable(Self::VARIABLE).map(|url| Self { url })
     }
 
     async fn prepare(&self, _names: &Names) -> Result<()> {
@@ -224,8 +261,8 @@ impl Transport for RabbitTransport {
         Ok(())
     }
 
-    fn sender(&self) -> Result<Arc<dyn Sender>> {
-        let config = RabbitSenderConfig::new(&self.url).with_emergency_timeout(EMERGENCY_TIMEOUT);
+    fn sender(&self, emergency_timeout: Duration) -> Result<Arc<dyn Sender>> {
+        let config = RabbitSenderConfig::new(&self.url).with_emergency_timeout(emergency_timeout);
         Ok(Arc::new(RabbitSender::new(config)?))
     }
 
@@ -240,6 +277,11 @@ impl Transport for RabbitTransport {
         // Mandatory publishing reports an event unroutable until the queue is bound.
         self.await_queue(&names.consumer).await?;
         Ok(listening)
+    }
+
+    async fn await_listener(&self, names: &Names) -> Result<()> {
+        // Mandatory publishing reports an event unroutable until the queue is bound.
+        self.await_queue(&names.consumer).await
     }
 
     async fn republish(&self, messages: &[OutboundMessage]) -> Result<()> {

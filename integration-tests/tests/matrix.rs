@@ -16,9 +16,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use oncebox::{Config, Oncebox};
+use oncebox_integration_tests::transport::EMERGENCY_TIMEOUT;
 use oncebox_integration_tests::{
-    EVENT_TYPE, EventHandler, KafkaTransport, Ledger, MySqlStore, Names, Order, PgStore, RabbitTransport,
-    SqliteStore, Store, Transport, copies_of,
+    EVENT_TYPE, EventHandler, KafkaTransport, Ledger, MySqlStore, Names, Order, PgStore, Placed,
+    RabbitTransport, SqliteStore, Store, Transport, copies_of,
 };
 use oncebox_testkit::case;
 use oncebox_testkit::eventually;
@@ -144,7 +145,7 @@ async fn run<S: Store, T: Transport>(
     let names = Arc::new(names.clone());
     let primary = Oncebox::builder(config(&names)?)
         .dialect(store.open().await.map_err(fail)?)
-        .sender_arc(transport.sender().map_err(fail)?)
+        .sender_arc(transport.sender(EMERGENCY_TIMEOUT).map_err(fail)?)
         .start()
         .await
         .map_err(fail)?;
@@ -169,7 +170,7 @@ async fn run<S: Store, T: Transport>(
     for _ in 1..S::RELAYS {
         let instance = Oncebox::builder(config(&names)?)
             .dialect(store.open().await.map_err(fail)?)
-            .sender_arc(transport.sender().map_err(fail)?)
+            .sender_arc(transport.sender(EMERGENCY_TIMEOUT).map_err(fail)?)
             .start()
             .await
             .map_err(fail)?;
@@ -249,11 +250,17 @@ async fn publish<S: Store>(
         let orders: Vec<Order> =
             (first..first + size).map(|order| Order { order, total_cents: 1_000 + order % 997 }).collect();
         let commit = transaction % 5 != 4;
-        let ids = S::place(outbox, names, EVENT_TYPE, &orders, commit).await.map_err(fail)?;
+        let placed = S::place(outbox.dialect(), outbox.publisher(), names, EVENT_TYPE, &orders, commit).await;
+        let (ids, committing) = match placed {
+            Placed::Committed(ids) => (ids, true),
+            Placed::RolledBack(ids) => (ids, false),
+            // Nothing restarts the servers here, so any failure is one of the scenario.
+            Placed::Failed(_, error) | Placed::InDoubt(_, error) => return Err(fail(error)),
+        };
         if ids.len() != orders.len() {
             return Err(fail(format!("{} ids for {} events", ids.len(), orders.len())));
         }
-        if commit {
+        if committing {
             committed.extend(ids.into_iter().zip(orders));
         } else {
             rolled_back.extend(ids);

@@ -1,0 +1,1136 @@
+//! The chaos ledger's harness: it runs oncebox the way production does — relays and consumers as
+//! separate OS processes (the `chaos_relay` and `chaos_consumer` binaries of this crate, see
+//! [`crate::chaos`]) — drives business transactions through them, breaks things on a schedule
+//! drawn from a seed, and then accounts for every event ([`Ledger`]).
+//!
+//! Faults, each kind in its own equal segments of the publishing window so the counts are exact:
+//!
+//! * SIGKILL of a relay, restarted 0.2–1.5 s later;
+//! * SIGKILL of a consumer, restarted 0.3–2 s later;
+//! * SIGSTOP of a relay for [`STOP_FOR`], longer than the stuck threshold plus a recovery run, then
+//!   SIGCONT: its late settles must be refused;
+//! * a broker pause: RabbitMQ's application stopped and started again with `rabbitmqctl`, or a
+//!   private Kafka-protocol broker frozen with SIGSTOP and thawed;
+//! * a database restart: a private PostgreSQL cluster stopped with `pg_ctl -m immediate` (no
+//!   checkpoint, as in a crash) and started again. The publisher then sees commits whose answer
+//!   never came; it does not guess their outcome but reads it back from the business table.
+//!
+//! The machine's shared PostgreSQL and Kafka broker are never restarted: a profile with those
+//! faults runs on private ones ([`crate::servers`]). RabbitMQ's application is stopped on the shared
+//! node, always started again (also when the run fails), and only by profiles that `.ci/run` and
+//! the documented commands run on their own.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt::Write as _;
+use std::fs::File;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use oncebox::{Dialect, Publisher, Result};
+use uuid::Uuid;
+
+use crate::chaos::{BROKEN_VARIABLE, Broker, Database, RelayStats};
+use crate::servers::{PrivateKafka, PrivatePostgres, RabbitApp};
+use crate::{
+    EVENT_TYPE, KafkaTransport, Ledger, MySqlStore, Names, Order, PgStore, Placed, RabbitTransport,
+    SqliteStore, Store, Transport, copies_of, fresh_name, plumbing,
+};
+
+/// `stuck-recovery.max-batch-processing-time` of a run.
+pub const STUCK_AFTER: Duration = Duration::from_secs(3);
+/// How long a stopped relay stays stopped: past the stuck threshold and the next recovery run.
+pub const STOP_FOR: Duration = Duration::from_secs(5);
+/// The inbox consumer name of a run.
+const INBOX_CONSUMER: &str = "effects";
+/// Consumer processes of a run.
+const CONSUMERS: usize = 2;
+/// The bound on waiting for start-up steps (tables created, queue declared).
+const START_UP: Duration = Duration::from_secs(60);
+/// After the faults, the recovery fails when neither effects nor settled rows grew for this long.
+const STALL: Duration = Duration::from_secs(90);
+/// How often the recovery and the copies are checked.
+const POLL: Duration = Duration::from_millis(250);
+
+/// The size of a run and its faults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Profile {
+    /// Printed with every report.
+    pub name: &'static str,
+    /// How long the publisher commits; the faults fall inside this window.
+    pub window: Duration,
+    /// Business transactions started per second (each fourth publishes two events).
+    pub transactions_per_second: u32,
+    /// SIGKILLs of a relay, each followed by a restart.
+    pub relay_kills: u64,
+    /// SIGKILLs of a consumer, each followed by a restart.
+    pub consumer_kills: u64,
+    /// SIGSTOPs of a relay past the stuck threshold.
+    pub relay_stops: u64,
+    /// Broker pauses (RabbitMQ `stop_app`/`start_app`; SIGSTOP/SIGCONT of a private Kafka broker).
+    pub broker_pauses: u64,
+    /// Restarts of a private PostgreSQL cluster (other databases: reported as not run).
+    pub database_restarts: u64,
+    /// Delivered events re-published straight to the broker after the recovery.
+    pub copies: usize,
+}
+
+/// The run `cargo test --workspace` makes on the shared servers: process faults only, so nothing
+/// else that runs at the same time is disturbed.
+pub const SMOKE: Profile = Profile {
+    name: "smoke",
+    window: Duration::from_secs(30),
+    transactions_per_second: 80,
+    relay_kills: 4,
+    consumer_kills: 2,
+    relay_stops: 2,
+    broker_pauses: 0,
+    database_restarts: 0,
+    copies: 20,
+};
+
+/// What `.ci/run` runs: about 20,000 events per pair, every kind of fault.
+pub const QUICK: Profile = Profile {
+    name: "quick",
+    window: Duration::from_secs(80),
+    transactions_per_second: 200,
+    relay_kills: 6,
+    consumer_kills: 2,
+    relay_stops: 1,
+    broker_pauses: 1,
+    database_restarts: 1,
+    copies: 50,
+};
+
+/// The documented long run: about 100,000 events per pair, 20 relay kills, 3 broker restarts.
+pub const FULL: Profile = Profile {
+    name: "full",
+    window: Duration::from_secs(200),
+    transactions_per_second: 400,
+    relay_kills: 20,
+    consumer_kills: 4,
+    relay_stops: 2,
+    broker_pauses: 3,
+    database_restarts: 1,
+    copies: 100,
+};
+
+impl Profile {
+    /// The profile called `name`.
+    pub fn named(name: &str) -> Result<Self> {
+        [SMOKE, QUICK, FULL].into_iter().find(|profile| profile.name == name).ok_or_else(|| {
+            oncebox::Error::new(
+                oncebox::ErrorKind::Config,
+                format!("unknown chaos profile {name:?}: expected smoke, quick or full"),
+            )
+        })
+    }
+
+    /// The pairs the profile runs when none are named: PostgreSQL with both brokers for `smoke`
+    /// and `quick`, every pair for `full`.
+    pub fn default_pairs(&self) -> Vec<Pair> {
+        if self.name == FULL.name {
+            Pair::all()
+        } else {
+            Broker::ALL.iter().map(|&broker| Pair { database: Database::Postgres, broker }).collect()
+        }
+    }
+}
+
+/// A dialect and a broker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Pair {
+    /// The SQL database.
+    pub database: Database,
+    /// The broker.
+    pub broker: Broker,
+}
+
+impl Pair {
+    /// Every pair, databases first.
+    pub fn all() -> Vec<Self> {
+        Database::ALL
+            .iter()
+            .flat_map(|&database| Broker::ALL.iter().map(move |&broker| Self { database, broker }))
+            .collect()
+    }
+
+    /// `postgres-rabbit`, `sqlite-kafka`, …
+    pub fn name(&self) -> String {
+        format!("{}-{}", self.database.name(), self.broker.name())
+    }
+
+    /// Parses a pair's [name](Self::name).
+    pub fn parse(text: &str) -> Result<Self> {
+        Self::all().into_iter().find(|pair| pair.name() == text.trim()).ok_or_else(|| {
+            let known: Vec<String> = Self::all().iter().map(Self::name).collect();
+            oncebox::Error::new(
+                oncebox::ErrorKind::Config,
+                format!("unknown pair {text:?}: expected one of {}", known.join(", ")),
+            )
+        })
+    }
+}
+
+/// Where the process binaries are.
+#[derive(Debug, Clone)]
+pub struct Binaries {
+    /// `chaos_relay`.
+    pub relay: PathBuf,
+    /// `chaos_consumer`.
+    pub consumer: PathBuf,
+}
+
+/// One run's choices besides the profile.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The fault schedule's seed.
+    pub seed: u64,
+    /// Consumers apply effects without the inbox, so the ledger must show double effects.
+    pub broken: bool,
+    /// The process binaries.
+    pub binaries: Binaries,
+}
+
+/// The faults a run made, counted when they were made.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// Relays SIGKILLed.
+    pub relay_kills: u32,
+    /// Consumers SIGKILLed.
+    pub consumer_kills: u32,
+    /// Relays SIGSTOPped past the stuck threshold.
+    pub relay_stops: u32,
+    /// Broker pauses or restarts.
+    pub broker_pauses: u32,
+    /// Database restarts.
+    pub database_restarts: u32,
+}
+
+/// The outcome of one run: the accounting and what led to it.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// The pair run.
+    pub pair: Pair,
+    /// The profile's name.
+    pub profile: &'static str,
+    /// The seed of the fault schedule.
+    pub seed: u64,
+    /// The accounting.
+    pub ledger: Ledger,
+    /// Each relay process's counters, as its stats file last had them.
+    pub relays: Vec<(String, RelayStats)>,
+    /// The faults made.
+    pub faults: Faults,
+    /// Transactions whose commit answer was lost, and how many of them had committed.
+    pub in_doubt: (usize, usize),
+    /// Transactions that failed before their commit (nothing committed).
+    pub failed_transactions: usize,
+    /// Copies of delivered events re-published after the recovery.
+    pub copies: usize,
+    /// What the profile asked for that this pair could not do, said out loud.
+    pub notes: Vec<String>,
+    /// How long the run took, set-up and teardown included.
+    pub elapsed: Duration,
+}
+
+impl Report {
+    /// The header of [`Report::row`].
+    pub const HEADER: &'static str = "| pair | seed | committed | rolled back | delivered unique | duplicates delivered \
+         | effects | double effects | lost | rolled back but delivered | stuck rows | refused settles |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|";
+
+    /// One Markdown table row of the ledger.
+    pub fn row(&self) -> String {
+        let refused: u64 = self.relays.iter().map(|(_, stats)| stats.refused_settles).sum();
+        format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            self.pair.name(),
+            self.seed,
+            self.ledger.committed,
+            self.ledger.rolled_back,
+            self.ledger.delivered_unique,
+            self.ledger.duplicates_delivered,
+            self.ledger.effects,
+            self.ledger.double_effects.len(),
+            self.ledger.lost.len(),
+            self.ledger.rolled_back_delivered.len(),
+            self.ledger.stuck_rows(),
+            refused,
+        )
+    }
+
+    /// The table with this run's row, then the faults and counters behind it.
+    pub fn text(&self) -> String {
+        let recovered: u64 = self.relays.iter().map(|(_, stats)| stats.recovered).sum();
+        let acknowledged: u64 = self.relays.iter().map(|(_, stats)| stats.delivered).sum();
+        let faults = self.faults;
+        let mut text = format!(
+            "{} {} (seed {}, {:.0?}):\n{}\n{}\nfaults: {} relay kills, {} consumer kills, {} relay stops of {STOP_FOR:?}, \
+             {} broker pauses, {} database restarts; commits in doubt {} (committed {}), transactions failed \
+             before commit {}; copies re-published {}; relay processes {}, events the broker acknowledged \
+             {acknowledged}, rows recovered as stuck {recovered} (as each relay's stats file last had them)",
+            self.profile,
+            self.pair.name(),
+            self.seed,
+            self.elapsed,
+            Self::HEADER,
+            self.row(),
+            faults.relay_kills,
+            faults.consumer_kills,
+            faults.relay_stops,
+            faults.broker_pauses,
+            faults.database_restarts,
+            self.in_doubt.0,
+            self.in_doubt.1,
+            self.failed_transactions,
+            self.copies,
+            self.relays.len(),
+        );
+        for note in &self.notes {
+            let _ = write!(text, "\nNOT RUN: {note}");
+        }
+        text
+    }
+}
+
+/// Runs `profile` on `pair`: sets up (private servers when the profile's faults need them),
+/// drives and breaks the processes, waits for the recovery, re-publishes copies, accounts, and
+/// removes everything it made — also when the run failed, keeping only the process logs then.
+///
+/// `Ok` carries the report whatever the ledger says; judging it is the caller's
+/// ([`Ledger::holds`], or double effects expected of a broken consumer). `Err` is a run that could
+/// not finish: a process that exited by itself, a server that could not be set up, a recovery
+/// that stalled (its message carries the ledger as it stood).
+pub async fn run(pair: Pair, profile: &Profile, options: &Options) -> Result<Report> {
+    match (pair.database, pair.broker) {
+        (Database::Postgres, Broker::Rabbit) => {
+            run_pair::<PgStore, RabbitTransport>(pair, profile, options).await
+        }
+        (Database::Postgres, Broker::Kafka) => {
+            run_pair::<PgStore, KafkaTransport>(pair, profile, options).await
+        }
+        (Database::Mysql, Broker::Rabbit) => {
+            run_pair::<MySqlStore, RabbitTransport>(pair, profile, options).await
+        }
+        (Database::Mysql, Broker::Kafka) => {
+            run_pair::<MySqlStore, KafkaTransport>(pair, profile, options).await
+        }
+        (Database::Sqlite, Broker::Rabbit) => {
+            run_pair::<SqliteStore, RabbitTransport>(pair, profile, options).await
+        }
+        (Database::Sqlite, Broker::Kafka) => {
+            run_pair::<SqliteStore, KafkaTransport>(pair, profile, options).await
+        }
+    }
+}
+
+/// The variables that name the pair's servers: a run cannot start without them.
+pub fn required_variables(pair: Pair, profile: &Profile) -> Vec<&'static str> {
+    let mut variables = Vec::new();
+    match pair.database {
+        // A private cluster replaces the shared server when the database restarts.
+        Database::Postgres if profile.database_restarts == 0 => variables.push("ONCEBOX_PG_URL"),
+        Database::Mysql => variables.push("ONCEBOX_MYSQL_URL"),
+        Database::Postgres | Database::Sqlite => {}
+    }
+    match pair.broker {
+        Broker::Rabbit => variables.push("ONCEBOX_AMQP_URL"),
+        // A private broker replaces the shared one when the broker pauses.
+        Broker::Kafka if profile.broker_pauses == 0 => variables.push("ONCEBOX_KAFKA_BOOTSTRAP"),
+        Broker::Kafka => {}
+    }
+    variables
+}
+
+/// The servers a run uses and the handles that break them.
+struct Servers {
+    /// The private PostgreSQL cluster, when the database restarts.
+    postgres: Option<PrivatePostgres>,
+    /// The private Kafka-protocol broker, when the broker pauses.
+    kafka: Option<PrivateKafka>,
+    /// The shared RabbitMQ node's application.
+    rabbit: RabbitApp,
+    /// Server variables handed to the processes (the private servers' addresses).
+    variables: Vec<(&'static str, String)>,
+}
+
+async fn run_pair<S: Store, T: Transport>(
+    pair: Pair,
+    profile: &Profile,
+    options: &Options,
+) -> Result<Report> {
+    let started = Instant::now();
+    let names = fresh_names();
+    let mut notes = Vec::new();
+    let mut servers =
+        Servers { postgres: None, kafka: None, rabbit: RabbitApp::new(), variables: Vec::new() };
+    if profile.database_restarts > 0 {
+        match pair.database {
+            Database::Postgres => {
+                let cluster = PrivatePostgres::create().await?;
+                servers.variables.push(("ONCEBOX_PG_URL", cluster.url()));
+                servers.postgres = Some(cluster);
+            }
+            Database::Mysql => notes.push(format!(
+                "{} database restarts on mysql: the harness restarts only a private PostgreSQL cluster \
+                 (it has no private MariaDB server), and the machine's shared server is never restarted",
+                profile.database_restarts
+            )),
+            Database::Sqlite => notes.push(format!(
+                "{} database restarts on sqlite: an embedded database has no server to restart; \
+                 its processes are killed instead",
+                profile.database_restarts
+            )),
+        }
+    }
+    if profile.broker_pauses > 0 {
+        match pair.broker {
+            Broker::Kafka => {
+                let broker = PrivateKafka::start().await?;
+                servers.variables.push(("ONCEBOX_KAFKA_BOOTSTRAP", broker.bootstrap()));
+                servers.kafka = Some(broker);
+            }
+            Broker::Rabbit if !RabbitApp::available().await => {
+                return Err(plumbing(
+                    "pausing RabbitMQ",
+                    "`rabbitmqctl status` fails here, so its application cannot be stopped and started",
+                ));
+            }
+            Broker::Rabbit => {}
+        }
+    }
+    // The harness sees the servers as its processes do: the private ones in place of the shared.
+    let overrides = servers.variables.clone();
+    let variable = move |name: &str| {
+        overrides
+            .iter()
+            .find(|(known, _)| *known == name)
+            .map(|(_, value)| value.clone())
+            .or_else(|| std::env::var(name).ok().filter(|value| !value.is_empty()))
+    };
+    let store = S::from_variables(&variable, &names)
+        .ok_or_else(|| plumbing(&pair.name(), format!("{} is not set", S::VARIABLE.unwrap_or_default())))?;
+    let transport = T::from_variables(&variable)
+        .ok_or_else(|| plumbing(&pair.name(), format!("{} is not set", T::VARIABLE)))?;
+
+    let run = Run {
+        deliveries: format!("{}deliveries", names.prefix),
+        dir: std::env::temp_dir().join(fresh_name("oncebox_chaos")),
+        names,
+        pair,
+    };
+    std::fs::create_dir_all(&run.dir).map_err(|error| plumbing("creating the run's directory", error))?;
+    let config = run.dir.join("chaos.yaml");
+    std::fs::write(&config, run.config_text())
+        .map_err(|error| plumbing("writing the run's configuration", error))?;
+    let mut fleet = Fleet::new(config, run.dir.clone(), options, servers.variables.clone(), S::RELAYS);
+    let dialect = store.open().await?;
+
+    let driven =
+        drive::<S, T>(profile, options.seed, &run, &store, &transport, &dialect, &mut fleet, &mut servers)
+            .await;
+
+    let failed = driven.is_err();
+    drop(fleet);
+    // A broker left paused by a failed run is resumed before anything else.
+    let mut teardown = Vec::new();
+    if servers.rabbit.is_stopped() {
+        teardown.push(servers.rabbit.start_app().await);
+    }
+    if let Some(kafka) = servers.kafka.as_mut() {
+        teardown.push(kafka.resume());
+    }
+    teardown.push(store.dispose(&dialect, &run.names).await);
+    teardown.push(S::drop_table(&dialect, &run.deliveries).await);
+    if servers.kafka.is_none() {
+        teardown.push(transport.dispose(&run.names).await);
+    }
+    if failed {
+        eprintln!("chaos {} {}: process logs kept in {}", profile.name, pair.name(), run.dir.display());
+    } else {
+        teardown.push(
+            std::fs::remove_dir_all(&run.dir).map_err(|error| plumbing("removing the run's files", error)),
+        );
+    }
+    drop(servers);
+    let mut report = driven?;
+    teardown.into_iter().collect::<Result<()>>()?;
+    report.notes.extend(notes);
+    report.elapsed = started.elapsed();
+    Ok(report)
+}
+
+/// Everything one run creates, fresh per run.
+struct Run {
+    names: Names,
+    deliveries: String,
+    dir: PathBuf,
+    pair: Pair,
+}
+
+impl Run {
+    fn config_text(&self) -> String {
+        format!(
+            "oncebox:
+  tables:
+    prefix: {prefix}
+  outbox:
+    sender: {{ emergency-timeout: 1s }}
+    events:
+      {EVENT_TYPE}:
+        topic: {destination}
+        batch-size: 50
+        max-retries: 1000
+        backoff: {{ delay: 100ms, multiplier: 2, max-delay: 1s }}
+        polling: {{ min-fixed-delay: 20ms, max-fixed-delay: 200ms }}
+    stuck-recovery:
+      max-batch-processing-time: {stuck}s
+      max-recoveries: 50
+      polling: {{ initial-delay: 0s, min-fixed-delay: 500ms, max-fixed-delay: 1s }}
+  inbox: {{}}
+chaos:
+  database: {database}
+  broker: {broker}
+  event-type: {EVENT_TYPE}
+  orders-table: {orders}
+  effects-table: {effects}
+  deliveries-table: {deliveries}
+  listener-group: {group}
+  inbox-consumer: {INBOX_CONSUMER}
+  stats-dir: {dir}
+  exit-on-stdin-eof: true
+",
+            prefix = self.names.prefix,
+            destination = self.names.destination,
+            stuck = STUCK_AFTER.as_secs(),
+            database = self.pair.database.name(),
+            broker = self.pair.broker.name(),
+            orders = self.names.orders,
+            effects = self.names.effects,
+            deliveries = self.deliveries,
+            group = self.names.consumer,
+            dir = self.dir.display(),
+        )
+    }
+}
+
+/// Fresh names of one run: a table prefix `c_<random>_` and its own topic or exchange and group
+/// or queue.
+fn fresh_names() -> Names {
+    let prefix = format!("{}_", fresh_name("c"));
+    Names {
+        orders: format!("{prefix}orders"),
+        effects: format!("{prefix}effects"),
+        destination: fresh_name("oncebox_chaos"),
+        consumer: fresh_name("oncebox_chaos_effects"),
+        prefix,
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Relay,
+    Consumer,
+}
+
+impl Role {
+    fn name(self) -> &'static str {
+        match self {
+            Role::Relay => "relay",
+            Role::Consumer => "consumer",
+        }
+    }
+}
+
+/// One scheduled fault or its undoing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Action {
+    Kill(Role, usize),
+    Start(Role, usize),
+    Stop(usize),
+    Continue(usize),
+    PauseBroker,
+    ResumeBroker,
+    StopDatabase,
+    StartDatabase,
+}
+
+/// Spreads `count` faults over `window` ms, one in each equal segment, at a random offset of
+/// `within` (a fraction range of the segment, in per mille); returns the offsets.
+fn spread(rng: &mut fastrand::Rng, window: u64, count: u64, within: (u64, u64), lasting: u64) -> Vec<u64> {
+    let segment = window / count.max(1);
+    (0..count)
+        .map(|index| {
+            let earliest = segment * within.0 / 1_000;
+            let latest = (segment * within.1 / 1_000).min(segment.saturating_sub(lasting)).max(earliest + 1);
+            index * segment + rng.u64(earliest..latest)
+        })
+        .collect()
+}
+
+/// The fault schedule of `profile` for a run with `relays` relay processes, drawn from `seed`:
+/// offsets from the publisher's start. `restarts` says whether the database can restart.
+///
+/// Each kind of fault has its own equal segments of the window, one fault per segment, so counts
+/// are exact and a slot is never killed twice before its restart; a relay kill never meets a stop
+/// of the same relay (it takes the other relay, or waits until the stopped one is continued).
+fn schedule(profile: &Profile, seed: u64, relays: usize, restarts: bool) -> Vec<(Duration, Action)> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let window = u64::try_from(profile.window.as_millis()).unwrap_or(u64::MAX);
+    let stop_for = u64::try_from(STOP_FOR.as_millis()).unwrap_or(u64::MAX);
+    let mut plan: Vec<(u64, Action)> = Vec::new();
+    let mut stops: Vec<(u64, u64, usize)> = Vec::new();
+    for at in spread(&mut rng, window, profile.relay_stops, (100, 900), stop_for + 1_000) {
+        let slot = rng.usize(0..relays);
+        stops.push((at, at + stop_for, slot));
+        plan.push((at, Action::Stop(slot)));
+        plan.push((at + stop_for, Action::Continue(slot)));
+    }
+    for mut at in spread(&mut rng, window, profile.relay_kills, (100, 500), 0) {
+        let mut back = at + rng.u64(200..1_500);
+        let mut slot = rng.usize(0..relays);
+        let meets = |slot: usize, at: u64, back: u64| {
+            stops.iter().find(|&&(from, to, stopped)| stopped == slot && at <= to + 500 && from <= back + 500)
+        };
+        if meets(slot, at, back).is_some() {
+            slot = (slot + 1) % relays;
+        }
+        if let Some(&(_, to, _)) = meets(slot, at, back) {
+            (at, back) = (to + 600, to + 600 + (back - at));
+        }
+        plan.push((at, Action::Kill(Role::Relay, slot)));
+        plan.push((back, Action::Start(Role::Relay, slot)));
+    }
+    for at in spread(&mut rng, window, profile.consumer_kills, (200, 500), 0) {
+        let back = at + rng.u64(300..2_000);
+        let slot = rng.usize(0..CONSUMERS);
+        plan.push((at, Action::Kill(Role::Consumer, slot)));
+        plan.push((back, Action::Start(Role::Consumer, slot)));
+    }
+    for at in spread(&mut rng, window, profile.broker_pauses, (200, 600), 8_000) {
+        plan.push((at, Action::PauseBroker));
+        plan.push((at + rng.u64(3_000..8_000), Action::ResumeBroker));
+    }
+    if restarts {
+        for at in spread(&mut rng, window, profile.database_restarts, (300, 600), 4_000) {
+            plan.push((at, Action::StopDatabase));
+            plan.push((at + rng.u64(1_000..4_000), Action::StartDatabase));
+        }
+    }
+    // Stable: an undoing never sorts before its fault when both fall on the same millisecond.
+    plan.sort_by_key(|&(at, _)| at);
+    plan.into_iter().map(|(at, action)| (Duration::from_millis(at), action)).collect()
+}
+
+/// The run's child processes; dropping it SIGKILLs and reaps every one still running, also when
+/// the run fails or panics.
+struct Fleet {
+    config: PathBuf,
+    logs: PathBuf,
+    broken: bool,
+    binaries: Binaries,
+    variables: Vec<(&'static str, String)>,
+    relays: Vec<Option<Child>>,
+    consumers: Vec<Option<Child>>,
+    started: usize,
+    faults: Faults,
+}
+
+impl Fleet {
+    fn new(
+        config: PathBuf,
+        logs: PathBuf,
+        options: &Options,
+        variables: Vec<(&'static str, String)>,
+        relays: usize,
+    ) -> Self {
+        Self {
+            config,
+            logs,
+            broken: options.broken,
+            binaries: options.binaries.clone(),
+            variables,
+            relays: (0..relays).map(|_| None).collect(),
+            consumers: (0..CONSUMERS).map(|_| None).collect(),
+            started: 0,
+            faults: Faults::default(),
+        }
+    }
+
+    fn slot(&mut self, role: Role, slot: usize) -> Result<&mut Option<Child>> {
+        let slots = match role {
+            Role::Relay => &mut self.relays,
+            Role::Consumer => &mut self.consumers,
+        };
+        slots.get_mut(slot).ok_or_else(|| plumbing("the fleet", format!("no {} {slot}", role.name())))
+    }
+
+    fn start(&mut self, role: Role, slot: usize) -> Result<()> {
+        let binary = match role {
+            Role::Relay => self.binaries.relay.clone(),
+            Role::Consumer => self.binaries.consumer.clone(),
+        };
+        self.started += 1;
+        let log = self.logs.join(format!("{:03}-{}-{slot}.log", self.started, role.name()));
+        let stderr =
+            File::create(&log).map_err(|error| plumbing(&format!("creating {}", log.display()), error))?;
+        let mut command = Command::new(&binary);
+        command.arg("--config").arg(&self.config).stdin(Stdio::piped()).stdout(Stdio::null()).stderr(stderr);
+        command.env_remove(BROKEN_VARIABLE);
+        if self.broken && role == Role::Consumer {
+            command.env(BROKEN_VARIABLE, "1");
+        }
+        for (variable, value) in &self.variables {
+            command.env(variable, value);
+        }
+        let child =
+            command.spawn().map_err(|error| plumbing(&format!("starting {}", binary.display()), error))?;
+        *self.slot(role, slot)? = Some(child);
+        Ok(())
+    }
+
+    fn kill(&mut self, role: Role, slot: usize) -> Result<()> {
+        let Some(mut child) = self.slot(role, slot)?.take() else {
+            return Err(plumbing("the fleet", format!("{} {slot} is not running", role.name())));
+        };
+        child.kill().map_err(|error| plumbing(&format!("SIGKILL {} {slot}", role.name()), error))?;
+        child.wait().map_err(|error| plumbing(&format!("reaping {} {slot}", role.name()), error))?;
+        match role {
+            Role::Relay => self.faults.relay_kills += 1,
+            Role::Consumer => self.faults.consumer_kills += 1,
+        }
+        Ok(())
+    }
+
+    /// Sends `-STOP` or `-CONT` to relay `slot` through the `kill` command.
+    fn signal_relay(&mut self, slot: usize, signal: &str) -> Result<()> {
+        let Some(child) = self.slot(Role::Relay, slot)?.as_ref() else {
+            return Err(plumbing("the fleet", format!("relay {slot} is not running")));
+        };
+        let status = Command::new("kill")
+            .arg(signal)
+            .arg(child.id().to_string())
+            .status()
+            .map_err(|error| plumbing(&format!("kill {signal}"), error))?;
+        if !status.success() {
+            return Err(plumbing(&format!("kill {signal} relay {slot}"), status));
+        }
+        if signal == "-STOP" {
+            self.faults.relay_stops += 1;
+        }
+        Ok(())
+    }
+
+    /// Fails when a process exited that the schedule did not kill, with the end of its log.
+    fn check_alive(&mut self) -> Result<()> {
+        for role in [Role::Relay, Role::Consumer] {
+            let count = match role {
+                Role::Relay => self.relays.len(),
+                Role::Consumer => self.consumers.len(),
+            };
+            for slot in 0..count {
+                if let Some(child) = self.slot(role, slot)?.as_mut()
+                    && let Ok(Some(status)) = child.try_wait()
+                {
+                    let tail = self.last_log_lines(role, slot);
+                    return Err(plumbing(
+                        &format!("{} {slot}", role.name()),
+                        format!("exited by itself ({status}); its log ends:\n{tail}"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn last_log_lines(&self, role: Role, slot: usize) -> String {
+        let suffix = format!("-{}-{slot}.log", role.name());
+        let mut logs: Vec<PathBuf> = std::fs::read_dir(&self.logs)
+            .map(|entries| entries.flatten().map(|entry| entry.path()).collect())
+            .unwrap_or_default();
+        logs.retain(|path| path.to_string_lossy().ends_with(&suffix));
+        logs.sort();
+        let text = logs.last().and_then(|path| std::fs::read_to_string(path).ok()).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        for child in self.relays.iter_mut().chain(self.consumers.iter_mut()).flatten() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Servers {
+    async fn apply(&mut self, action: Action, fleet: &mut Fleet) -> Result<()> {
+        match action {
+            Action::Kill(role, slot) => fleet.kill(role, slot),
+            Action::Start(role, slot) => fleet.start(role, slot),
+            Action::Stop(slot) => fleet.signal_relay(slot, "-STOP"),
+            Action::Continue(slot) => fleet.signal_relay(slot, "-CONT"),
+            Action::PauseBroker => {
+                match self.kafka.as_mut() {
+                    Some(kafka) => kafka.pause()?,
+                    None => self.rabbit.stop_app().await?,
+                }
+                fleet.faults.broker_pauses += 1;
+                Ok(())
+            }
+            Action::ResumeBroker => match self.kafka.as_mut() {
+                Some(kafka) => kafka.resume(),
+                None => self.rabbit.start_app().await,
+            },
+            Action::StopDatabase => {
+                if let Some(postgres) = self.postgres.as_mut() {
+                    postgres.stop_immediately().await?;
+                    fleet.faults.database_restarts += 1;
+                }
+                Ok(())
+            }
+            Action::StartDatabase => match self.postgres.as_mut() {
+                Some(postgres) => postgres.start().await,
+                None => Ok(()),
+            },
+        }
+    }
+}
+
+/// What the publisher did.
+#[derive(Debug, Default)]
+struct Published {
+    committed: BTreeMap<Uuid, Order>,
+    rolled_back: HashSet<Uuid>,
+    /// Transactions whose commit answer was lost, with their events.
+    in_doubt: Vec<Vec<(Uuid, Order)>>,
+    /// Transactions that failed before their commit.
+    failed: usize,
+    /// The last failure, for the report when every transaction failed.
+    last_error: Option<String>,
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn drive<S: Store, T: Transport>(
+    profile: &Profile,
+    seed: u64,
+    run: &Run,
+    store: &S,
+    transport: &T,
+    dialect: &S::Dialect,
+    fleet: &mut Fleet,
+    servers: &mut Servers,
+) -> Result<Report> {
+    let names = &run.names;
+    transport.prepare(names).await?;
+    store.create_business_tables(dialect, names).await?;
+    S::create_deliveries_table(dialect, &run.deliveries).await?;
+
+    // The first relay creates the oncebox tables; the others start once they exist.
+    fleet.start(Role::Relay, 0)?;
+    wait_for("the first relay to create the oncebox tables", START_UP, || async {
+        Ok(S::outbox_statuses(dialect, names).await.is_ok())
+    })
+    .await?;
+    fleet.check_alive()?;
+    for slot in 1..fleet.relays.len() {
+        fleet.start(Role::Relay, slot)?;
+    }
+    for slot in 0..CONSUMERS {
+        fleet.start(Role::Consumer, slot)?;
+    }
+    transport.await_listener(names).await?;
+    fleet.check_alive()?;
+
+    // The publisher, in this process, on its own pool.
+    let mut publishing = store.open().await?;
+    publishing.use_tables(&names.outbox_tables()?);
+    let publisher: crate::store::StorePublisher<S> =
+        Publisher::new(Arc::new(publishing.writer()), [EVENT_TYPE.to_owned()]);
+    let publisher_names = names.clone();
+    let (window, rate) = (profile.window, profile.transactions_per_second);
+    let publisher_task =
+        tokio::spawn(
+            async move { publish::<S>(&publishing, &publisher, &publisher_names, window, rate).await },
+        );
+
+    // The faults, on the publisher's clock.
+    let plan = schedule(profile, seed, fleet.relays.len(), servers.postgres.is_some());
+    let begin = tokio::time::Instant::now();
+    for (at, action) in plan {
+        tokio::time::sleep_until(begin + at).await;
+        fleet.check_alive()?;
+        servers.apply(action, fleet).await?;
+    }
+    let mut published = publisher_task.await.map_err(|error| plumbing("the publisher task", error))?;
+    fleet.check_alive()?;
+    if published.committed.is_empty() {
+        return Err(plumbing(
+            "the publisher",
+            format!("nothing committed; last failure: {}", published.last_error.unwrap_or_default()),
+        ));
+    }
+
+    // Commits whose answer was lost: the business table says which happened.
+    let in_doubt = published.in_doubt.len();
+    let present: HashSet<i64> = S::orders(dialect, names).await?.into_iter().collect();
+    let mut resolved_committed = 0;
+    for events in std::mem::take(&mut published.in_doubt) {
+        let committed = events.first().is_some_and(|(_, order)| present.contains(&order.order));
+        resolved_committed += usize::from(committed);
+        for (id, order) in events {
+            if committed {
+                published.committed.insert(id, order);
+            } else {
+                published.rolled_back.insert(id);
+            }
+        }
+    }
+
+    // Recovery: every committed event applied and every outbox row settled, as long as either
+    // keeps growing.
+    let recovered = wait_while_progressing(|| async {
+        let effects = S::effects(dialect, names).await?;
+        let applied: HashSet<&str> = effects.iter().map(|(id, _)| id.as_str()).collect();
+        let statuses = S::outbox_statuses(dialect, names).await?;
+        let settled: i64 =
+            statuses.iter().filter(|(status, _)| status == "PROCESSED").map(|(_, count)| count).sum();
+        let all_settled = statuses.iter().all(|(status, _)| status == "PROCESSED");
+        let done =
+            all_settled && published.committed.keys().all(|id| applied.contains(id.to_string().as_str()));
+        Ok((done, (effects.len(), settled)))
+    })
+    .await;
+    fleet.check_alive()?;
+    let faults = fleet.faults;
+    let report = |ledger: Ledger, relays, copies, faults| Report {
+        pair: run.pair,
+        profile: profile.name,
+        seed,
+        ledger,
+        relays,
+        faults,
+        in_doubt: (in_doubt, resolved_committed),
+        failed_transactions: published.failed,
+        copies,
+        notes: Vec::new(),
+        elapsed: Duration::ZERO,
+    };
+    if let Err(error) = recovered {
+        let ledger = read_ledger::<S>(dialect, run, &published).await?;
+        let stalled = report(ledger, RelayStats::read_all(&run.dir)?, 0, faults);
+        return Err(plumbing(
+            &format!("chaos {} {} (seed {seed})", profile.name, run.pair.name()),
+            format!("{error}\n{}\n{}", stalled.text(), stalled.ledger.violations()),
+        ));
+    }
+
+    // Copies of delivered events straight to the broker, as after a lost acknowledgement.
+    let before = finished::<S>(dialect, &run.deliveries).await?;
+    let copies = copies_of(&published.committed, &names.destination, profile.copies)?;
+    transport.republish(&copies).await?;
+    wait_while_progressing(|| async {
+        let now = finished::<S>(dialect, &run.deliveries).await?;
+        let handled =
+            copies.iter().filter(|copy| now.get(&copy.id.to_string()) > before.get(&copy.id.to_string()));
+        let handled = handled.count();
+        Ok((handled == copies.len(), (handled, 0)))
+    })
+    .await?;
+    fleet.check_alive()?;
+
+    let ledger = read_ledger::<S>(dialect, run, &published).await?;
+    Ok(report(ledger, RelayStats::read_all(&run.dir)?, copies.len(), fleet.faults))
+}
+
+/// Deliveries whose handler finished (applied or duplicate), by event id.
+async fn finished<S: Store>(dialect: &S::Dialect, table: &str) -> Result<HashMap<String, i64>> {
+    Ok(S::deliveries(dialect, table, true).await?.into_iter().collect())
+}
+
+/// The ledger of the run as its tables stand.
+async fn read_ledger<S: Store>(dialect: &S::Dialect, run: &Run, published: &Published) -> Result<Ledger> {
+    let mut seen: HashMap<Uuid, u64> = HashMap::new();
+    for (id, count) in S::deliveries(dialect, &run.deliveries, false).await? {
+        let parsed =
+            Uuid::parse_str(&id).map_err(|error| plumbing(&format!("delivered event id {id:?}"), error))?;
+        seen.insert(parsed, u64::try_from(count).unwrap_or_default());
+    }
+    let effects = S::effects(dialect, &run.names).await?;
+    let statuses = S::outbox_statuses(dialect, &run.names).await?;
+    Ok(Ledger::new(
+        published.committed.keys().copied(),
+        published.rolled_back.iter().copied(),
+        &seen,
+        &effects,
+        &statuses,
+    ))
+}
+
+/// Polls `check` until it reports done; fails after `bound`.
+async fn wait_for<F, Fut>(what: &str, bound: Duration, mut check: F) -> Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<bool>>,
+{
+    let deadline = tokio::time::Instant::now() + bound;
+    loop {
+        if check().await? {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(plumbing("waiting", format!("{what}: not done after {bound:?}")));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Polls `check` (done, progress) until done; fails once the progress has not changed for
+/// [`STALL`]. A failed check (a database still restarting) counts as no progress.
+async fn wait_while_progressing<F, Fut, P>(mut check: F) -> Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(bool, P)>>,
+    P: PartialEq + std::fmt::Debug,
+{
+    let mut last: Option<P> = None;
+    let mut since = tokio::time::Instant::now();
+    loop {
+        match check().await {
+            Ok((true, _)) => return Ok(()),
+            Ok((false, progress)) => {
+                if last.as_ref() != Some(&progress) {
+                    last = Some(progress);
+                    since = tokio::time::Instant::now();
+                }
+            }
+            Err(error) => eprintln!("chaos: a recovery check failed, retrying: {error}"),
+        }
+        if since.elapsed() >= STALL {
+            return Err(plumbing("the recovery", format!("no progress for {STALL:?} (last seen {last:?})")));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// The publisher: business transactions at `rate` per second for `window`; every fifth rolls
+/// back, every fourth publishes two events with `publish_all`. A transaction that fails (the
+/// database restarting) is counted and the next one tried at its tick; a commit whose answer
+/// was lost is kept in doubt for the business table to settle.
+async fn publish<S: Store>(
+    dialect: &S::Dialect,
+    publisher: &crate::store::StorePublisher<S>,
+    names: &Names,
+    window: Duration,
+    rate: u32,
+) -> Published {
+    let mut ticker = tokio::time::interval(Duration::from_secs(1) / rate.max(1));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let end = tokio::time::Instant::now() + window;
+    let mut published = Published::default();
+    let mut transaction: i64 = 0;
+    while tokio::time::Instant::now() < end {
+        ticker.tick().await;
+        let size = if transaction % 4 == 3 { 2 } else { 1 };
+        let orders: Vec<Order> = (transaction * 10..transaction * 10 + size)
+            .map(|order| Order { order, total_cents: 1_000 + order % 997 })
+            .collect();
+        let commit = transaction % 5 != 4;
+        match S::place(dialect, publisher, names, EVENT_TYPE, &orders, commit).await {
+            Placed::Committed(ids) => published.committed.extend(ids.into_iter().zip(orders)),
+            Placed::RolledBack(ids) => published.rolled_back.extend(ids),
+            Placed::Failed(ids, error) => {
+                published.rolled_back.extend(ids);
+                published.failed += 1;
+                published.last_error = Some(error.to_string());
+            }
+            Placed::InDoubt(ids, error) => {
+                published.in_doubt.push(ids.into_iter().zip(orders).collect());
+                published.last_error = Some(error.to_string());
+            }
+        }
+        transaction += 1;
+    }
+    published
+}
+
+/// The seed of a run: `ONCEBOX_CHAOS_SEED`, or a fresh one.
+pub fn seed_from_env() -> Result<u64> {
+    match std::env::var("ONCEBOX_CHAOS_SEED") {
+        Ok(text) if !text.trim().is_empty() => text.trim().parse().map_err(|error| {
+            oncebox::Error::new(oncebox::ErrorKind::Config, format!("ONCEBOX_CHAOS_SEED={text}: {error}"))
+        }),
+        _ => Ok(fastrand::u64(..)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn count(plan: &[(Duration, Action)], wanted: fn(&Action) -> bool) -> usize {
+        plan.iter().filter(|(_, action)| wanted(action)).count()
+    }
+
+    #[test]
+    fn a_schedule_has_exactly_the_profiles_faults_and_repeats_from_its_seed() {
+        for profile in [SMOKE, QUICK, FULL] {
+            for relays in [1, 2] {
+                let plan = schedule(&profile, 42, relays, true);
+                assert_eq!(
+                    plan,
+                    schedule(&profile, 42, relays, true),
+                    "{}: same seed, same plan",
+                    profile.name
+                );
+                let kills = count(&plan, |action| matches!(action, Action::Kill(Role::Relay, _)));
+                assert_eq!(kills as u64, profile.relay_kills, "{}", profile.name);
+                let stops = count(&plan, |action| matches!(action, Action::Stop(_)));
+                assert_eq!(stops as u64, profile.relay_stops, "{}", profile.name);
+                let pauses = count(&plan, |action| matches!(action, Action::PauseBroker));
+                assert_eq!(pauses as u64, profile.broker_pauses, "{}", profile.name);
+                let restarts = count(&plan, |action| matches!(action, Action::StopDatabase));
+                assert_eq!(restarts as u64, profile.database_restarts, "{}", profile.name);
+            }
+        }
+    }
+
+    #[test]
+    fn a_relay_is_never_killed_while_it_is_stopped() {
+        for seed in 0..500 {
+            for relays in [1, 2] {
+                let plan = schedule(&QUICK, seed, relays, true);
+                let mut stopped = vec![false; relays];
+                let mut running = vec![true; relays];
+                for (at, action) in plan {
+                    match action {
+                        Action::Stop(slot) => {
+                            assert!(running[slot], "seed {seed}: stop of a dead relay at {at:?}");
+                            stopped[slot] = true;
+                        }
+                        Action::Continue(slot) => stopped[slot] = false,
+                        Action::Kill(Role::Relay, slot) => {
+                            assert!(!stopped[slot], "seed {seed}: kill of a stopped relay at {at:?}");
+                            running[slot] = false;
+                        }
+                        Action::Start(Role::Relay, slot) => running[slot] = true,
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn pairs_parse_from_their_names_and_unknown_ones_are_named() {
+        for pair in Pair::all() {
+            assert_eq!(Pair::parse(&pair.name()).ok(), Some(pair));
+        }
+        let error = Pair::parse("oracle-kafka").err().map(|error| error.to_string()).unwrap_or_default();
+        assert!(error.contains("oracle-kafka") && error.contains("postgres-rabbit"), "{error}");
+    }
+}
