@@ -923,9 +923,10 @@ async fn drive<S: Store, T: Transport>(
     if let Err(error) = recovered {
         let ledger = read_ledger::<S>(dialect, run, &published).await?;
         let stalled = report(ledger, RelayStats::read_all(&run.dir)?, 0, faults);
+        let broker = transport.describe(names).await;
         return Err(plumbing(
             &format!("chaos {} {} (seed {seed})", profile.name, run.pair.name()),
-            format!("{error}\n{}\n{}", stalled.text(), stalled.ledger.violations()),
+            format!("{error}\n{}\n{}\nbroker: {broker}", stalled.text(), stalled.ledger.violations()),
         ));
     }
 

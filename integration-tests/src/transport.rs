@@ -30,6 +30,8 @@ pub const EMERGENCY_TIMEOUT: Duration = Duration::from_secs(5);
 const RETRY_MIN: Duration = Duration::from_millis(20);
 /// The longest wait before a listener retries a failed handler.
 const RETRY_MAX: Duration = Duration::from_millis(200);
+/// Partitions of a run's Kafka topic.
+const TOPIC_PARTITIONS: i32 = 2;
 /// The Kafka group session timeout of a listener, in milliseconds.
 const SESSION_TIMEOUT_MS: &str = "6000";
 /// How often a Kafka listener tells the group it is alive, in milliseconds.
@@ -118,6 +120,11 @@ pub trait Transport: Sized + Send + Sync + 'static {
     /// what is published from now on.
     fn await_listener(&self, names: &Names) -> impl Future<Output = Result<()>> + Send;
 
+    /// What the broker holds for the run's listeners, for a run that stalled: per Kafka partition
+    /// the group's committed offset and the high watermark, or the RabbitMQ queue's ready
+    /// messages and consumers. Never fails: what cannot be read is said in the text.
+    fn describe(&self, names: &Names) -> impl Future<Output = String> + Send;
+
     /// Sends `messages` again through a sender of its own, as the relay does after a lost
     /// acknowledgement; fails unless the broker acknowledged every one.
     fn republish(&self, messages: &[OutboundMessage]) -> impl Future<Output = Result<()>> + Send;
@@ -157,7 +164,7 @@ impl Transport for KafkaTransport {
     }
 
     async fn prepare(&self, names: &Names) -> Result<()> {
-        let topic = NewTopic::new(&names.destination, 2, TopicReplication::Fixed(1));
+        let topic = NewTopic::new(&names.destination, TOPIC_PARTITIONS, TopicReplication::Fixed(1));
         let options = AdminOptions::new().operation_timeout(Some(SET_UP));
         let results = self
             .admin()?
@@ -187,6 +194,17 @@ impl Transport for KafkaTransport {
             .on(event_type, move |event: KafkaEvent<Order>| handler(event.id, event.payload))
             .build()?;
         Ok(Listening::spawn(|shutdown| async move { listener.run(shutdown).await }))
+    }
+
+    async fn describe(&self, names: &Names) -> String {
+        let (bootstrap, group, topic) =
+            (self.bootstrap.clone(), names.consumer.clone(), names.destination.clone());
+        let read = tokio::task::spawn_blocking(move || kafka_positions(&bootstrap, &group, &topic)).await;
+        match read {
+            Ok(Ok(text)) => text,
+            Ok(Err(error)) => format!("the Kafka positions could not be read: {error}"),
+            Err(error) => format!("the Kafka positions could not be read: {error}"),
+        }
     }
 
     async fn await_listener(&self, _names: &Names) -> Result<()> {
@@ -279,6 +297,28 @@ impl Transport for RabbitTransport {
         Ok(listening)
     }
 
+    async fn describe(&self, names: &Names) -> String {
+        let described = async {
+            let connection = self.connection().await?;
+            let channel =
+                connection.create_channel().await.map_err(|error| plumbing("test channel", error))?;
+            let passive = QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() };
+            let name = ShortString::try_new(names.consumer.as_str())
+                .map_err(|error| plumbing("queue name", error))?;
+            let queue = channel
+                .queue_declare(name, passive, FieldTable::default())
+                .await
+                .map_err(|error| plumbing("declaring the queue passively", error))?;
+            Ok::<_, oncebox::Error>(format!(
+                "queue {}: {} messages ready, {} consumers",
+                names.consumer,
+                queue.message_count(),
+                queue.consumer_count()
+            ))
+        };
+        described.await.unwrap_or_else(|error| format!("the queue could not be read: {error}"))
+    }
+
     async fn await_listener(&self, names: &Names) -> Result<()> {
         // Mandatory publishing reports an event unroutable until the queue is bound.
         self.await_queue(&names.consumer).await
@@ -308,4 +348,31 @@ impl Transport for RabbitTransport {
             .map_err(|error| plumbing("deleting the exchange", error))?;
         Ok(())
     }
+}
+
+/// Per partition of `topic`: the offset `group` committed and the high watermark.
+fn kafka_positions(bootstrap: &str, group: &str, topic: &str) -> Result<String> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .map_err(|error| plumbing("Kafka position reader", error))?;
+    let mut list = rdkafka::TopicPartitionList::new();
+    for partition in 0..TOPIC_PARTITIONS {
+        list.add_partition(topic, partition);
+    }
+    let committed = consumer
+        .committed_offsets(list, SET_UP)
+        .map_err(|error| plumbing("reading the committed offsets", error))?;
+    let mut text = format!("topic {topic}, group {group}:");
+    for partition in 0..TOPIC_PARTITIONS {
+        let offset = committed.find_partition(topic, partition).map(|element| element.offset());
+        let (low, high) = consumer
+            .fetch_watermarks(topic, partition, SET_UP)
+            .map_err(|error| plumbing("reading the watermarks", error))?;
+        text.push_str(&format!(" partition {partition}: committed {offset:?}, watermarks {low}..{high};"));
+    }
+    Ok(text)
 }
