@@ -248,18 +248,28 @@ impl RabbitTransport {
     /// Waits until `queue` exists: a passive declare on a fresh channel each time, because a failed
     /// one closes its channel.
     pub async fn await_queue(&self, queue: &str) -> Result<()> {
-        let connection = self.connection().await?;
+        let name = ShortString::try_new(queue).map_err(|error| plumbing("queue name", error))?;
         let deadline = tokio::time::Instant::now() + SET_UP;
+        let mut connection: Option<Connection> = None;
         loop {
-            let channel =
-                connection.create_channel().await.map_err(|error| plumbing("test channel", error))?;
-            let passive = QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() };
-            let name = ShortString::try_new(queue).map_err(|error| plumbing("queue name", error))?;
-            if channel.queue_declare(name, passive, FieldTable::default()).await.is_ok() {
-                return Ok(());
+            // The broker may be down for a moment (its application stopped by the chaos ledger), so
+            // a refused connection or a closed one is tried again like a missing queue.
+            if connection.as_ref().is_none_or(|open| !open.status().connected()) {
+                connection = self.connection().await.ok();
+            }
+            if let Some(open) = &connection
+                && let Ok(channel) = open.create_channel().await
+            {
+                let passive = QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() };
+                if channel.queue_declare(name.clone(), passive, FieldTable::default()).await.is_ok() {
+                    return Ok(());
+                }
             }
             if tokio::time::Instant::now() >= deadline {
-                return Err(plumbing("waiting for the listener", format!("{queue} was never declared")));
+                return Err(plumbing(
+                    "waiting for the listener",
+                    format!("{queue} was not declared within {SET_UP:?} (or RabbitMQ was unreachable)"),
+                ));
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
