@@ -194,24 +194,10 @@ fn missing_variable(variable: &str) -> Error {
     Error::new(ErrorKind::Config, format!("{variable} is not set"))
 }
 
-/// Runs `$body` with `S` and `T` bound to the store and transport the settings name.
-macro_rules! with_pair {
-    ($settings:expr, $body:ident ( $($argument:expr),* )) => {
-        match ($settings.database, $settings.broker) {
-            (Database::Postgres, Broker::Rabbit) => $body::<PgStore, RabbitTransport>($($argument),*).await,
-            (Database::Postgres, Broker::Kafka) => $body::<PgStore, KafkaTransport>($($argument),*).await,
-            (Database::Mysql, Broker::Rabbit) => $body::<MySqlStore, RabbitTransport>($($argument),*).await,
-            (Database::Mysql, Broker::Kafka) => $body::<MySqlStore, KafkaTransport>($($argument),*).await,
-            (Database::Sqlite, Broker::Rabbit) => $body::<SqliteStore, RabbitTransport>($($argument),*).await,
-            (Database::Sqlite, Broker::Kafka) => $body::<SqliteStore, KafkaTransport>($($argument),*).await,
-        }
-    };
-}
-
 /// The relay process: an `Oncebox` engine on the file's dialect and broker, running until
 /// SIGTERM (or the end of standard input), replacing its stats file every 200 ms.
 pub async fn run_relay(file: &ChaosFile) -> Result<()> {
-    with_pair!(file.chaos, relay(file))
+    crate::with_pair!(file.chaos, relay(file))
 }
 
 async fn relay<S: Store, T: Transport>(file: &ChaosFile) -> Result<()> {
@@ -253,7 +239,7 @@ async fn relay<S: Store, T: Transport>(file: &ChaosFile) -> Result<()> {
 /// the broker's listener, applying each event through [`apply_event`]; with `broken`, without the
 /// inbox.
 pub async fn run_consumer(file: &ChaosFile, broken: bool) -> Result<()> {
-    with_pair!(file.chaos, consumer(file, broken))
+    crate::with_pair!(file.chaos, consumer(file, broken))
 }
 
 async fn consumer<S: Store, T: Transport>(file: &ChaosFile, broken: bool) -> Result<()> {

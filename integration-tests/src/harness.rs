@@ -33,10 +33,7 @@ use uuid::Uuid;
 
 use crate::chaos::{BROKEN_VARIABLE, Broker, Database, RelayStats};
 use crate::servers::{PrivateKafka, PrivatePostgres, RabbitApp};
-use crate::{
-    EVENT_TYPE, KafkaTransport, Ledger, MySqlStore, Names, Order, PgStore, Placed, RabbitTransport,
-    SqliteStore, Store, Transport, copies_of, fresh_name, plumbing,
-};
+use crate::{EVENT_TYPE, Ledger, Names, Order, Placed, Store, Transport, copies_of, fresh_name, plumbing};
 
 /// `stuck-recovery.max-batch-processing-time` of a run.
 pub const STUCK_AFTER: Duration = Duration::from_secs(3);
@@ -304,26 +301,7 @@ impl Report {
 /// not finish: a process that exited by itself, a server that could not be set up, a recovery
 /// that stalled (its message carries the ledger as it stood).
 pub async fn run(pair: Pair, profile: &Profile, options: &Options) -> Result<Report> {
-    match (pair.database, pair.broker) {
-        (Database::Postgres, Broker::Rabbit) => {
-            run_pair::<PgStore, RabbitTransport>(pair, profile, options).await
-        }
-        (Database::Postgres, Broker::Kafka) => {
-            run_pair::<PgStore, KafkaTransport>(pair, profile, options).await
-        }
-        (Database::Mysql, Broker::Rabbit) => {
-            run_pair::<MySqlStore, RabbitTransport>(pair, profile, options).await
-        }
-        (Database::Mysql, Broker::Kafka) => {
-            run_pair::<MySqlStore, KafkaTransport>(pair, profile, options).await
-        }
-        (Database::Sqlite, Broker::Rabbit) => {
-            run_pair::<SqliteStore, RabbitTransport>(pair, profile, options).await
-        }
-        (Database::Sqlite, Broker::Kafka) => {
-            run_pair::<SqliteStore, KafkaTransport>(pair, profile, options).await
-        }
-    }
+    crate::with_pair!(pair, run_pair(pair, profile, options))
 }
 
 /// The variables that name the pair's servers: a run cannot start without them.
@@ -659,12 +637,17 @@ impl Fleet {
         }
     }
 
-    fn slot(&mut self, role: Role, slot: usize) -> Result<&mut Option<Child>> {
-        let slots = match role {
+    fn slots(&mut self, role: Role) -> &mut Vec<Option<Child>> {
+        match role {
             Role::Relay => &mut self.relays,
             Role::Consumer => &mut self.consumers,
-        };
-        slots.get_mut(slot).ok_or_else(|| plumbing("the fleet", format!("no {} {slot}", role.name())))
+        }
+    }
+
+    fn slot(&mut self, role: Role, slot: usize) -> Result<&mut Option<Child>> {
+        self.slots(role)
+            .get_mut(slot)
+            .ok_or_else(|| plumbing("the fleet", format!("no {} {slot}", role.name())))
     }
 
     fn start(&mut self, role: Role, slot: usize) -> Result<()> {
@@ -726,11 +709,7 @@ impl Fleet {
     /// Fails when a process exited that the schedule did not kill, with the end of its log.
     fn check_alive(&mut self) -> Result<()> {
         for role in [Role::Relay, Role::Consumer] {
-            let count = match role {
-                Role::Relay => self.relays.len(),
-                Role::Consumer => self.consumers.len(),
-            };
-            for slot in 0..count {
+            for slot in 0..self.slots(role).len() {
                 if let Some(child) = self.slot(role, slot)?.as_mut()
                     && let Ok(Some(status)) = child.try_wait()
                 {
@@ -832,10 +811,11 @@ async fn drive<S: Store, T: Transport>(
 
     // The first relay creates the oncebox tables; the others start once they exist.
     fleet.start(Role::Relay, 0)?;
-    wait_for("the first relay to create the oncebox tables", START_UP, || async {
+    oncebox_testkit::eventually("the first relay to create the oncebox tables", START_UP, || async {
         Ok(S::outbox_statuses(dialect, names).await.is_ok())
     })
-    .await?;
+    .await
+    .map_err(|failed| plumbing("starting the relays", failed.message().unwrap_or_default()))?;
     fleet.check_alive()?;
     for slot in 1..fleet.relays.len() {
         fleet.start(Role::Relay, slot)?;
@@ -970,24 +950,6 @@ async fn read_ledger<S: Store>(dialect: &S::Dialect, run: &Run, published: &Publ
         &effects,
         &statuses,
     ))
-}
-
-/// Polls `check` until it reports done; fails after `bound`.
-async fn wait_for<F, Fut>(what: &str, bound: Duration, mut check: F) -> Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<bool>>,
-{
-    let deadline = tokio::time::Instant::now() + bound;
-    loop {
-        if check().await? {
-            return Ok(());
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(plumbing("waiting", format!("{what}: not done after {bound:?}")));
-        }
-        tokio::time::sleep(POLL).await;
-    }
 }
 
 /// Polls `check` (done, progress) until done; fails once the progress has not changed for

@@ -15,6 +15,24 @@
 //!   restarted while a publisher commits and rolls back, then the same accounting.
 #![deny(missing_docs)]
 
+/// Runs `$body::<S, T>(arguments)` with `S` and `T` the [`Store`] and [`Transport`] of the
+/// `database` and `broker` fields of `$pair`: the one place a run's choice becomes types.
+macro_rules! with_pair {
+    ($pair:expr, $body:ident ( $($argument:expr),* )) => {{
+        use $crate::chaos::{Broker, Database};
+        use $crate::{KafkaTransport, MySqlStore, PgStore, RabbitTransport, SqliteStore};
+        match ($pair.database, $pair.broker) {
+            (Database::Postgres, Broker::Rabbit) => $body::<PgStore, RabbitTransport>($($argument),*).await,
+            (Database::Postgres, Broker::Kafka) => $body::<PgStore, KafkaTransport>($($argument),*).await,
+            (Database::Mysql, Broker::Rabbit) => $body::<MySqlStore, RabbitTransport>($($argument),*).await,
+            (Database::Mysql, Broker::Kafka) => $body::<MySqlStore, KafkaTransport>($($argument),*).await,
+            (Database::Sqlite, Broker::Rabbit) => $body::<SqliteStore, RabbitTransport>($($argument),*).await,
+            (Database::Sqlite, Broker::Kafka) => $body::<SqliteStore, KafkaTransport>($($argument),*).await,
+        }
+    }};
+}
+pub(crate) use with_pair;
+
 pub mod chaos;
 pub mod harness;
 pub mod ledger;

@@ -118,16 +118,19 @@ impl PrivatePostgres {
         let mut pg_ctl = self.tool("pg_ctl");
         pg_ctl.arg("-D").arg(self.data()).arg("-o").arg(server_options).arg("-l").arg(self.log_path());
         pg_ctl.args(["-w", "-t", "60", "start"]);
-        match run(pg_ctl.into(), POSTGRES_COMMAND_LIMIT).await {
-            Ok(_) => {
-                self.running = true;
-                Ok(())
-            }
-            Err(failure) => Err(plumbing(
-                &format!("starting the private PostgreSQL cluster on 127.0.0.1:{}", self.port),
+        self.pg_ctl(pg_ctl, "starting").await?;
+        self.running = true;
+        Ok(())
+    }
+
+    /// Runs a `pg_ctl` command; its failure names what it was `doing` and ends with the server log.
+    async fn pg_ctl(&self, command: std::process::Command, doing: &str) -> Result<()> {
+        run(command.into(), POSTGRES_COMMAND_LIMIT).await.map(|_| ()).map_err(|failure| {
+            plumbing(
+                &format!("{doing} the private PostgreSQL cluster on 127.0.0.1:{}", self.port),
                 format!("{failure}\nthe server log ends with:\n{}", self.log_tail(LOG_TAIL_LINES)),
-            )),
-        }
+            )
+        })
     }
 
     /// Stops the server without a checkpoint (`pg_ctl -m immediate`): every backend is killed and the
@@ -139,16 +142,9 @@ impl PrivatePostgres {
         }
         let mut pg_ctl = self.tool("pg_ctl");
         pg_ctl.arg("-D").arg(self.data()).args(["-m", "immediate", "-w", "-t", "60", "stop"]);
-        match run(pg_ctl.into(), POSTGRES_COMMAND_LIMIT).await {
-            Ok(_) => {
-                self.running = false;
-                Ok(())
-            }
-            Err(failure) => Err(plumbing(
-                &format!("stopping the private PostgreSQL cluster on 127.0.0.1:{}", self.port),
-                format!("{failure}\nthe server log ends with:\n{}", self.log_tail(LOG_TAIL_LINES)),
-            )),
-        }
+        self.pg_ctl(pg_ctl, "stopping").await?;
+        self.running = false;
+        Ok(())
     }
 
     /// The URL the harness hands to its processes in place of the shared server's.
