@@ -272,13 +272,21 @@ impl ClientContext for ListenerContext {}
 
 impl ConsumerContext for ListenerContext {
     fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        let partitions = match rebalance {
-            Rebalance::Assign(list) | Rebalance::Revoke(list) => list,
+        let (partitions, change) = match rebalance {
+            Rebalance::Assign(list) => (list, "assigned"),
+            Rebalance::Revoke(list) => (list, "revoked"),
             Rebalance::Error(error) => {
                 tracing::warn!(%error, "Kafka consumer group rebalance failed");
                 return;
             }
         };
+        // Which member owns which partition is the first question when a partition stops moving.
+        let named: Vec<String> = partitions
+            .elements()
+            .iter()
+            .map(|element| format!("{}/{}", element.topic(), element.partition()))
+            .collect();
+        tracing::info!(partitions = ?named, "Kafka partitions {change}");
         let mut reassigned = self.reassigned.lock().unwrap_or_else(PoisonError::into_inner);
         reassigned.extend(
             partitions.elements().iter().map(|element| (element.topic().to_owned(), element.partition())),
@@ -613,7 +621,15 @@ impl KafkaListener {
             std::mem::take(&mut *list)
         };
         for key in reassigned {
-            holds.remove(&key);
+            if let Some(hold) = holds.remove(&key) {
+                tracing::info!(
+                    topic = %key.0,
+                    partition = key.1,
+                    offset = hold.record.offset(),
+                    queued = hold.queued.len(),
+                    "a rebalance dropped the record waiting for a retry; the partition resumes at the group's committed offset"
+                );
+            }
             committed.remove(&key);
         }
     }
