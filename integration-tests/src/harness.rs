@@ -32,7 +32,7 @@ use oncebox::{Dialect, Publisher, Result};
 use uuid::Uuid;
 
 use crate::chaos::{BROKEN_VARIABLE, Broker, Database, RelayStats};
-use crate::servers::{PrivateKafka, PrivatePostgres, RabbitApp};
+use crate::servers::{PrivateKafka, PrivateMariadb, PrivatePostgres, RabbitApp};
 use crate::{EVENT_TYPE, Ledger, Names, Order, Placed, Store, Transport, copies_of, fresh_name, plumbing};
 
 /// `stuck-recovery.max-batch-processing-time` of a run.
@@ -308,10 +308,10 @@ pub async fn run(pair: Pair, profile: &Profile, options: &Options) -> Result<Rep
 pub fn required_variables(pair: Pair, profile: &Profile) -> Vec<&'static str> {
     let mut variables = Vec::new();
     match pair.database {
-        // A private cluster replaces the shared server when the database restarts.
+        // A private server replaces the shared one when the database restarts.
         Database::Postgres if profile.database_restarts == 0 => variables.push("ONCEBOX_PG_URL"),
-        Database::Mysql => variables.push("ONCEBOX_MYSQL_URL"),
-        Database::Postgres | Database::Sqlite => {}
+        Database::Mysql if profile.database_restarts == 0 => variables.push("ONCEBOX_MYSQL_URL"),
+        Database::Postgres | Database::Mysql | Database::Sqlite => {}
     }
     match pair.broker {
         Broker::Rabbit => variables.push("ONCEBOX_AMQP_URL"),
@@ -322,10 +322,32 @@ pub fn required_variables(pair: Pair, profile: &Profile) -> Vec<&'static str> {
     variables
 }
 
+/// A database server of the run's own, restarted like a crash.
+enum PrivateDatabase {
+    Postgres(PrivatePostgres),
+    Mariadb(PrivateMariadb),
+}
+
+impl PrivateDatabase {
+    async fn stop_immediately(&mut self) -> Result<()> {
+        match self {
+            Self::Postgres(cluster) => cluster.stop_immediately().await,
+            Self::Mariadb(server) => server.stop_immediately().await,
+        }
+    }
+
+    async fn start(&mut self) -> Result<()> {
+        match self {
+            Self::Postgres(cluster) => cluster.start().await,
+            Self::Mariadb(server) => server.start().await,
+        }
+    }
+}
+
 /// The servers a run uses and the handles that break them.
 struct Servers {
-    /// The private PostgreSQL cluster, when the database restarts.
-    postgres: Option<PrivatePostgres>,
+    /// The private database server, when the database restarts.
+    database: Option<PrivateDatabase>,
     /// The private Kafka-protocol broker, when the broker pauses.
     kafka: Option<PrivateKafka>,
     /// The shared RabbitMQ node's application.
@@ -343,19 +365,19 @@ async fn run_pair<S: Store, T: Transport>(
     let names = fresh_names();
     let mut notes = Vec::new();
     let mut servers =
-        Servers { postgres: None, kafka: None, rabbit: RabbitApp::new(), variables: Vec::new() };
+        Servers { database: None, kafka: None, rabbit: RabbitApp::new(), variables: Vec::new() };
     if profile.database_restarts > 0 {
         match pair.database {
             Database::Postgres => {
                 let cluster = PrivatePostgres::create().await?;
                 servers.variables.push(("ONCEBOX_PG_URL", cluster.url()));
-                servers.postgres = Some(cluster);
+                servers.database = Some(PrivateDatabase::Postgres(cluster));
             }
-            Database::Mysql => notes.push(format!(
-                "{} database restarts on mysql: the harness restarts only a private PostgreSQL cluster \
-                 (it has no private MariaDB server), and the machine's shared server is never restarted",
-                profile.database_restarts
-            )),
+            Database::Mysql => {
+                let server = PrivateMariadb::create().await?;
+                servers.variables.push(("ONCEBOX_MYSQL_URL", server.url()));
+                servers.database = Some(PrivateDatabase::Mariadb(server));
+            }
             Database::Sqlite => notes.push(format!(
                 "{} database restarts on sqlite: an embedded database has no server to restart; \
                  its processes are killed instead",
@@ -549,12 +571,19 @@ fn spread(rng: &mut fastrand::Rng, window: u64, count: u64, within: (u64, u64), 
 }
 
 /// The fault schedule of `profile` for a run with `relays` relay processes, drawn from `seed`:
-/// offsets from the publisher's start. `restarts` says whether the database can restart.
+/// offsets from the publisher's start. `restarts` says whether the database can restart; a killed
+/// consumer stays down at least `consumer_down`.
 ///
 /// Each kind of fault has its own equal segments of the window, one fault per segment, so counts
 /// are exact and a slot is never killed twice before its restart; a relay kill never meets a stop
 /// of the same relay (it takes the other relay, or waits until the stopped one is continued).
-fn schedule(profile: &Profile, seed: u64, relays: usize, restarts: bool) -> Vec<(Duration, Action)> {
+fn schedule(
+    profile: &Profile,
+    seed: u64,
+    relays: usize,
+    restarts: bool,
+    consumer_down: Duration,
+) -> Vec<(Duration, Action)> {
     let mut rng = fastrand::Rng::with_seed(seed);
     let window = u64::try_from(profile.window.as_millis()).unwrap_or(u64::MAX);
     let stop_for = u64::try_from(STOP_FOR.as_millis()).unwrap_or(u64::MAX);
@@ -582,7 +611,7 @@ fn schedule(profile: &Profile, seed: u64, relays: usize, restarts: bool) -> Vec<
         plan.push((back, Action::Start(Role::Relay, slot)));
     }
     for at in spread(&mut rng, window, profile.consumer_kills, (200, 500), 0) {
-        let back = at + rng.u64(300..2_000);
+        let back = at + rng.u64(300..2_000).max(u64::try_from(consumer_down.as_millis()).unwrap_or(u64::MAX));
         let slot = rng.usize(0..CONSUMERS);
         plan.push((at, Action::Kill(Role::Consumer, slot)));
         plan.push((back, Action::Start(Role::Consumer, slot)));
@@ -766,14 +795,14 @@ impl Servers {
                 None => self.rabbit.start_app().await,
             },
             Action::StopDatabase => {
-                if let Some(postgres) = self.postgres.as_mut() {
-                    postgres.stop_immediately().await?;
+                if let Some(database) = self.database.as_mut() {
+                    database.stop_immediately().await?;
                     fleet.faults.database_restarts += 1;
                 }
                 Ok(())
             }
-            Action::StartDatabase => match self.postgres.as_mut() {
-                Some(postgres) => postgres.start().await,
+            Action::StartDatabase => match self.database.as_mut() {
+                Some(database) => database.start().await,
                 None => Ok(()),
             },
         }
@@ -791,6 +820,27 @@ struct Published {
     failed: usize,
     /// The last failure, for the report when every transaction failed.
     last_error: Option<String>,
+}
+
+impl Published {
+    /// Settles the transactions in doubt by the business table: one whose order rows are
+    /// `present` committed (its events join the committed ones), any other rolled back. Returns
+    /// how many committed.
+    fn resolve_in_doubt(&mut self, present: &HashSet<i64>) -> usize {
+        let mut committed_transactions = 0;
+        for events in std::mem::take(&mut self.in_doubt) {
+            let committed = events.first().is_some_and(|(_, order)| present.contains(&order.order));
+            committed_transactions += usize::from(committed);
+            for (id, order) in events {
+                if committed {
+                    self.committed.insert(id, order);
+                } else {
+                    self.rolled_back.insert(id);
+                }
+            }
+        }
+        committed_transactions
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -839,7 +889,8 @@ async fn drive<S: Store, T: Transport>(
         );
 
     // The faults, on the publisher's clock.
-    let plan = schedule(profile, seed, fleet.relays.len(), servers.postgres.is_some());
+    let plan =
+        schedule(profile, seed, fleet.relays.len(), servers.database.is_some(), T::CONSUMER_DOWN_AT_LEAST);
     let begin = tokio::time::Instant::now();
     for (at, action) in plan {
         tokio::time::sleep_until(begin + at).await;
@@ -858,18 +909,7 @@ async fn drive<S: Store, T: Transport>(
     // Commits whose answer was lost: the business table says which happened.
     let in_doubt = published.in_doubt.len();
     let present: HashSet<i64> = S::orders(dialect, names).await?.into_iter().collect();
-    let mut resolved_committed = 0;
-    for events in std::mem::take(&mut published.in_doubt) {
-        let committed = events.first().is_some_and(|(_, order)| present.contains(&order.order));
-        resolved_committed += usize::from(committed);
-        for (id, order) in events {
-            if committed {
-                published.committed.insert(id, order);
-            } else {
-                published.rolled_back.insert(id);
-            }
-        }
-    }
+    let resolved_committed = published.resolve_in_doubt(&present);
 
     // Recovery: every committed event applied and every outbox row settled, as long as either
     // keeps growing.
@@ -1040,13 +1080,32 @@ mod tests {
     }
 
     #[test]
+    fn a_commit_in_doubt_counts_as_the_business_table_says() {
+        let order = |order| Order { order, total_cents: 1_000 };
+        let (kept, kept_too, lost) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+        let mut published = Published {
+            in_doubt: vec![vec![(kept, order(10)), (kept_too, order(11))], vec![(lost, order(20))]],
+            ..Published::default()
+        };
+        // The rows of order 10 are in the business table (the commit happened); order 20's are not.
+        let committed = published.resolve_in_doubt(&HashSet::from([10, 11]));
+        assert_eq!(committed, 1);
+        assert!(published.in_doubt.is_empty());
+        assert_eq!(
+            published.committed.keys().copied().collect::<HashSet<_>>(),
+            HashSet::from([kept, kept_too])
+        );
+        assert_eq!(published.rolled_back, HashSet::from([lost]));
+    }
+
+    #[test]
     fn a_schedule_has_exactly_the_profiles_faults_and_repeats_from_its_seed() {
         for profile in [SMOKE, QUICK, FULL] {
             for relays in [1, 2] {
-                let plan = schedule(&profile, 42, relays, true);
+                let plan = schedule(&profile, 42, relays, true, Duration::ZERO);
                 assert_eq!(
                     plan,
-                    schedule(&profile, 42, relays, true),
+                    schedule(&profile, 42, relays, true, Duration::ZERO),
                     "{}: same seed, same plan",
                     profile.name
                 );
@@ -1063,10 +1122,45 @@ mod tests {
     }
 
     #[test]
+    fn a_killed_consumer_stays_down_as_long_as_its_transport_needs_and_is_not_killed_again_meanwhile() {
+        let down = Duration::from_secs(8);
+        for profile in [SMOKE, QUICK, FULL] {
+            for seed in 0..200 {
+                let mut killed_at: Vec<Option<Duration>> = vec![None; CONSUMERS];
+                let mut kills = 0;
+                for (at, action) in schedule(&profile, seed, 2, true, down) {
+                    match action {
+                        Action::Kill(Role::Consumer, slot) => {
+                            assert!(killed_at[slot].is_none(), "{} seed {seed}: killed twice", profile.name);
+                            killed_at[slot] = Some(at);
+                            kills += 1;
+                        }
+                        Action::Start(Role::Consumer, slot) => {
+                            let since = killed_at[slot].take().map(|killed| at - killed);
+                            assert!(
+                                since >= Some(down),
+                                "{} seed {seed}: back after {since:?}",
+                                profile.name
+                            );
+                        }
+                        _ => {}
+                    }
+                }
+                assert_eq!(kills, profile.consumer_kills, "{}", profile.name);
+                assert!(
+                    killed_at.iter().all(Option::is_none),
+                    "{} seed {seed}: never restarted",
+                    profile.name
+                );
+            }
+        }
+    }
+
+    #[test]
     fn a_relay_is_never_killed_while_it_is_stopped() {
         for seed in 0..500 {
             for relays in [1, 2] {
-                let plan = schedule(&QUICK, seed, relays, true);
+                let plan = schedule(&QUICK, seed, relays, true, Duration::ZERO);
                 let mut stopped = vec![false; relays];
                 let mut running = vec![true; relays];
                 for (at, action) in plan {

@@ -3,6 +3,8 @@
 //!
 //! * [`PrivatePostgres`] — a throw-away PostgreSQL cluster in its own temporary directory and port,
 //!   stopped like a crash ([`PrivatePostgres::stop_immediately`]) and started again.
+//! * [`PrivateMariadb`] — the same for MariaDB: `mariadb-install-db`, then `mariadbd` killed with
+//!   SIGKILL and started again.
 //! * [`PrivateKafka`] — a throw-away Kafka-protocol broker (`tansu`, in memory) frozen with SIGSTOP
 //!   and thawed with SIGCONT, which looks to clients like a broker that stopped answering.
 //! * [`RabbitApp`] — the one exception: there is no private RabbitMQ here, so the shared node's
@@ -10,8 +12,8 @@
 //!   persistent messages stay). Its guard starts the application again when dropped, so a failing or
 //!   panicking harness never leaves the shared broker down.
 //!
-//! Everything is driven through the servers' own command-line tools (`initdb`, `pg_ctl`, `kill`,
-//! `rabbitmqctl`), so the crate needs no `libc` or `nix` dependency and no `unsafe`.
+//! Everything is driven through the servers' own command-line tools (`initdb`, `pg_ctl`,
+//! `mariadb-install-db`, `kill`, `rabbitmqctl`), so the crate needs no `libc` or `nix` dependency and no `unsafe`.
 
 use std::fs::File;
 use std::io::ErrorKind as IoErrorKind;
@@ -24,16 +26,17 @@ use oncebox::Result;
 
 use crate::plumbing;
 
-/// Upper bound for one PostgreSQL tool run; `pg_ctl` itself waits at most 60 s, so this only stops a
-/// tool that hangs for a reason of its own (a full disk, a stuck `runuser`).
-const POSTGRES_COMMAND_LIMIT: Duration = Duration::from_secs(120);
+/// Upper bound for one database tool run (`initdb`, `pg_ctl`, `mariadb-install-db`); `pg_ctl` itself
+/// waits at most 60 s, so this only stops a tool that hangs for a reason of its own (a full disk, a
+/// stuck `runuser`).
+const DATABASE_COMMAND_LIMIT: Duration = Duration::from_secs(120);
 
 /// Upper bound for one `rabbitmqctl` call: a node that does not answer within a minute is not going
 /// to, and the harness must not hang on it.
 const RABBITMQCTL_LIMIT: Duration = Duration::from_secs(60);
 
-/// How long a freshly spawned broker may take to accept connections.
-const BROKER_READY_LIMIT: Duration = Duration::from_secs(60);
+/// How long a freshly spawned server (a broker, MariaDB) may take to accept connections.
+const SERVER_READY_LIMIT: Duration = Duration::from_secs(60);
 
 /// How many lines of a server's log an error carries: enough for the reason a start failed, short
 /// enough to read in a test report.
@@ -93,12 +96,12 @@ impl PrivatePostgres {
             // The server runs as `postgres` and must own its data directory, log and socket.
             let mut chown = tokio::process::Command::new("chown");
             chown.arg("-R").arg("postgres").arg(cluster.directory());
-            run(chown, POSTGRES_COMMAND_LIMIT).await.map_err(|failure| plumbing(&context, failure))?;
+            run(chown, DATABASE_COMMAND_LIMIT).await.map_err(|failure| plumbing(&context, failure))?;
         }
         let mut initdb = cluster.tool("initdb");
         // `--no-sync`: a throw-away cluster need not wait for the disk, and initdb is its slowest step.
         initdb.arg("-D").arg(cluster.data()).args(["-A", "trust", "-U", "postgres", "--no-sync"]);
-        run(initdb.into(), POSTGRES_COMMAND_LIMIT).await.map_err(|failure| plumbing(&context, failure))?;
+        run(initdb.into(), DATABASE_COMMAND_LIMIT).await.map_err(|failure| plumbing(&context, failure))?;
         cluster.start().await?;
         Ok(cluster)
     }
@@ -125,7 +128,7 @@ impl PrivatePostgres {
 
     /// Runs a `pg_ctl` command; its failure names what it was `doing` and ends with the server log.
     async fn pg_ctl(&self, command: std::process::Command, doing: &str) -> Result<()> {
-        run(command.into(), POSTGRES_COMMAND_LIMIT).await.map(|_| ()).map_err(|failure| {
+        run(command.into(), DATABASE_COMMAND_LIMIT).await.map(|_| ()).map_err(|failure| {
             plumbing(
                 &format!("{doing} the private PostgreSQL cluster on 127.0.0.1:{}", self.port),
                 format!("{failure}\nthe server log ends with:\n{}", self.log_tail(LOG_TAIL_LINES)),
@@ -268,7 +271,8 @@ impl PrivateKafka {
             })?;
         // From here on, dropping `broker` kills the process whatever fails.
         let mut broker = Self { child, directory, port, paused: false };
-        broker.wait_until_listening(&context).await?;
+        let log = broker.log_path();
+        wait_until_listening(&mut broker.child, &log, broker.port, &context).await?;
         Ok(broker)
     }
 
@@ -323,43 +327,11 @@ impl PrivateKafka {
         self.directory.path.join("broker.log")
     }
 
-    /// Polls until a TCP connection to the port succeeds, failing early when the process exits.
-    async fn wait_until_listening(&mut self, context: &str) -> Result<()> {
-        let deadline = Instant::now() + BROKER_READY_LIMIT;
-        loop {
-            self.ensure_alive(context)?;
-            let attempt = tokio::net::TcpStream::connect((Ipv4Addr::LOCALHOST, self.port));
-            if let Ok(Ok(_connection)) = tokio::time::timeout(Duration::from_secs(1), attempt).await {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                return Err(plumbing(
-                    context,
-                    format!(
-                        "it did not accept connections within {} s; its log ends with:\n{}",
-                        BROKER_READY_LIMIT.as_secs(),
-                        self.log_tail(LOG_TAIL_LINES)
-                    ),
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
     /// Fails, with the log tail, when the process has exited; signalling it then could reach
     /// whatever process reused its id once reaped.
     fn ensure_alive(&mut self, context: &str) -> Result<()> {
-        match self.child.try_wait() {
-            Ok(None) => Ok(()),
-            Ok(Some(status)) => Err(plumbing(
-                context,
-                format!(
-                    "the broker exited ({status}); its log ends with:\n{}",
-                    self.log_tail(LOG_TAIL_LINES)
-                ),
-            )),
-            Err(error) => Err(plumbing(context, format!("checking whether the broker still runs: {error}"))),
-        }
+        let log = self.log_path();
+        ensure_alive(&mut self.child, &log, context)
     }
 
     /// Sends `SIG<name>` with the `kill` command, which spares the crate a `libc` dependency.
@@ -386,6 +358,185 @@ impl Drop for PrivateKafka {
         let _ = self.child.kill();
         let _ = self.child.wait();
         // `directory` is removed when the fields drop, after the process is gone.
+    }
+}
+
+/// A MariaDB (or MySQL) server of the harness's own: `mariadb-install-db` into a fresh temporary
+/// directory, then `mariadbd` on a free port of 127.0.0.1 as a child process.
+///
+/// The harness kills it with SIGKILL ([`PrivateMariadb::stop_immediately`]), a crash that InnoDB
+/// recovers from on the next start, and starts it again. Dropping it kills the server and removes
+/// the directory.
+#[derive(Debug)]
+pub struct PrivateMariadb {
+    /// The server process while it runs.
+    child: Option<Child>,
+    /// Holds the data directory, the server log and the socket; removed last, on drop.
+    directory: TempDirectory,
+    /// The TCP port on 127.0.0.1, fixed for the server's life so that its URL stays valid across
+    /// restarts.
+    port: u16,
+    /// Whether the server runs as the `mysql` user, because mariadbd refuses to run as root.
+    as_mysql_user: bool,
+}
+
+impl PrivateMariadb {
+    /// Creates the data directory with `mariadb-install-db` (root without a password, database
+    /// `test`) and starts the server.
+    pub async fn create() -> Result<Self> {
+        let port = free_port()?;
+        let directory = TempDirectory::fresh("mariadb")?;
+        let as_mysql_user = running_as_root();
+        // From here on, dropping `server` cleans up whatever step fails.
+        let mut server = Self { child: None, directory, port, as_mysql_user };
+        let context = format!("creating a private MariaDB server in {}", server.directory().display());
+        if as_mysql_user {
+            // The server runs as `mysql` and must own its data directory, log and socket.
+            let mut chown = tokio::process::Command::new("chown");
+            chown.arg("-R").arg("mysql").arg(server.directory());
+            run(chown, DATABASE_COMMAND_LIMIT).await.map_err(|failure| plumbing(&context, failure))?;
+        }
+        let mut install = tokio::process::Command::new("mariadb-install-db");
+        install.arg("--no-defaults").arg(format!("--datadir={}", server.data().display()));
+        install.arg("--auth-root-authentication-method=normal");
+        if as_mysql_user {
+            install.arg("--user=mysql");
+        }
+        run(install, DATABASE_COMMAND_LIMIT).await.map_err(|failure| {
+            let hint = if failure.contains("could not run") {
+                "; install the MariaDB server (Debian's mariadb-server) to restart a private one"
+            } else {
+                ""
+            };
+            plumbing(&context, format!("{failure}{hint}"))
+        })?;
+        server.start().await?;
+        Ok(server)
+    }
+
+    /// Starts the server and waits until it accepts connections (at most 60 s). Starting a running
+    /// server does nothing, so a schedule may repeat the action safely.
+    pub async fn start(&mut self) -> Result<()> {
+        if self.child.is_some() {
+            return Ok(());
+        }
+        let context = format!("starting the private MariaDB server on 127.0.0.1:{}", self.port);
+        let directory = self.directory().to_owned();
+        let mut command = std::process::Command::new("mariadbd");
+        command
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", self.data().display()))
+            .arg(format!("--port={}", self.port))
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--socket={}", directory.join("mariadbd.sock").display()))
+            .arg(format!("--pid-file={}", directory.join("mariadbd.pid").display()))
+            .arg(format!("--log-error={}", self.log_path().display()))
+            .args(["--skip-log-bin", "--max-connections=300", "--innodb-buffer-pool-size=128M"]);
+        if self.as_mysql_user {
+            command.arg("--user=mysql");
+        }
+        command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+        let child =
+            command.spawn().map_err(|error| plumbing(&context, format!("cannot run mariadbd: {error}")))?;
+        let child = self.child.insert(child);
+        wait_until_listening(child, &directory.join("server.log"), self.port, &context).await
+    }
+
+    /// Kills the server with SIGKILL, as a crash would, and reaps it. Stopping a stopped server does
+    /// nothing.
+    pub async fn stop_immediately(&mut self) -> Result<()> {
+        if let Some(mut child) = self.child.take() {
+            let reaped = tokio::task::spawn_blocking(move || {
+                let _ = child.kill();
+                child.wait()
+            })
+            .await;
+            match reaped {
+                Ok(Ok(_status)) => {}
+                Ok(Err(error)) => return Err(plumbing("stopping the private MariaDB server", error)),
+                Err(error) => return Err(plumbing("stopping the private MariaDB server", error)),
+            }
+        }
+        Ok(())
+    }
+
+    /// The URL the harness hands to its processes in place of the shared server's.
+    pub fn url(&self) -> String {
+        format!("mysql://root@127.0.0.1:{}/test", self.port)
+    }
+
+    /// The TCP port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The temporary directory holding the data directory (`data`), the server log (`server.log`)
+    /// and the socket; it is removed on drop.
+    pub fn directory(&self) -> &Path {
+        &self.directory.path
+    }
+
+    /// The last `lines` lines of the server log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        tail_of_file(&self.log_path(), lines)
+    }
+
+    fn data(&self) -> PathBuf {
+        self.directory().join("data")
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.directory().join("server.log")
+    }
+}
+
+impl Drop for PrivateMariadb {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // Ignored: SIGKILL reaches the server whatever state it is in.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        // `directory` is removed when the fields drop, after the server is gone.
+    }
+}
+
+/// Polls until a TCP connection to `port` succeeds (at most 60 s), failing early, with the end of
+/// the `log`, when the `child` serving it exits.
+async fn wait_until_listening(child: &mut Child, log: &Path, port: u16, context: &str) -> Result<()> {
+    let deadline = Instant::now() + SERVER_READY_LIMIT;
+    loop {
+        ensure_alive(child, log, context)?;
+        let attempt = tokio::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port));
+        if let Ok(Ok(_connection)) = tokio::time::timeout(Duration::from_secs(1), attempt).await {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(plumbing(
+                context,
+                format!(
+                    "it did not accept connections within {} s; its log ends with:\n{}",
+                    SERVER_READY_LIMIT.as_secs(),
+                    tail_of_file(log, LOG_TAIL_LINES)
+                ),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Fails, with the end of its `log`, when `child` has exited.
+fn ensure_alive(child: &mut Child, log: &Path, context: &str) -> Result<()> {
+    match child.try_wait() {
+        Ok(None) => Ok(()),
+        Ok(Some(status)) => Err(plumbing(
+            context,
+            format!(
+                "the server exited ({status}); its log ends with:\n{}",
+                tail_of_file(log, LOG_TAIL_LINES)
+            ),
+        )),
+        Err(error) => Err(plumbing(context, format!("checking whether the server still runs: {error}"))),
     }
 }
 

@@ -34,8 +34,12 @@ const RETRY_MAX: Duration = Duration::from_millis(200);
 const TOPIC_PARTITIONS: i32 = 2;
 /// The Kafka group session timeout of a listener, in milliseconds.
 const SESSION_TIMEOUT_MS: &str = "6000";
+/// How long after the session timeout a member that died is surely gone from the group.
+const SESSION_EXPIRY_MARGIN: Duration = Duration::from_secs(2);
 /// How often a Kafka listener tells the group it is alive, in milliseconds.
 const HEARTBEAT_INTERVAL_MS: &str = "1000";
+/// How long a stalled run's probe waits for the broker to return a record.
+const PROBE_FETCH: Duration = Duration::from_secs(10);
 /// How long a set-up step (topic creation, queue declaration) may take.
 const SET_UP: Duration = Duration::from_secs(30);
 
@@ -89,6 +93,9 @@ pub trait Transport: Sized + Send + Sync + 'static {
     const NAME: &'static str;
     /// The variable naming the broker.
     const VARIABLE: &'static str;
+
+    /// How long a killed consumer stays down before the chaos harness starts it again.
+    const CONSUMER_DOWN_AT_LEAST: Duration = Duration::ZERO;
 
     /// The transport its server variable names, read through `variable` (the environment, or the
     /// environment with a private broker's address in place of the shared one); `None` when the
@@ -147,6 +154,15 @@ pub struct KafkaTransport {
 }
 
 impl KafkaTransport {
+    /// The config of every producer of a run: one record per produce batch, so every offset a
+    /// group commits is the start of a batch. The test broker (tansu 0.6) answers no fetch that
+    /// starts inside a batch, so a group resuming a partition there, after a rebalance or a
+    /// consumer kill, would stall for good (docs/kafka.md). Apache Kafka serves such fetches; the
+    /// setting is for the test broker only.
+    fn sender_config(&self) -> KafkaSenderConfig {
+        KafkaSenderConfig::new(&self.bootstrap).with_producer_property("batch.num.messages", "1")
+    }
+
     fn admin(&self) -> Result<AdminClient<DefaultClientContext>> {
         rdkafka::ClientConfig::new()
             .set("bootstrap.servers", &self.bootstrap)
@@ -158,6 +174,15 @@ impl KafkaTransport {
 impl Transport for KafkaTransport {
     const NAME: &'static str = "kafka";
     const VARIABLE: &'static str = "ONCEBOX_KAFKA_BOOTSTRAP";
+    /// Past the group's session timeout, because of the test broker (tansu 0.6): when a member's
+    /// session expires after a join that still listed it (its replacement joined first), tansu
+    /// rebalances without a new generation and hands every member its previous assignment, so
+    /// the dead member's partitions stay with it and nobody consumes them again. A replacement
+    /// that joins after the expiry gets a new generation and a fresh assignment. Apache Kafka
+    /// waits for every listed member to rejoin instead; the delay is for the test broker only
+    /// (docs/kafka.md).
+    const CONSUMER_DOWN_AT_LEAST: Duration =
+        Duration::from_millis(6_000).saturating_add(SESSION_EXPIRY_MARGIN);
 
     fn from_variables(variable: &dyn Fn(&str) -> Option<String>) -> Option<Self> {
         variable(Self::VARIABLE).map(|bootstrap| Self { bootstrap })
@@ -178,7 +203,7 @@ impl Transport for KafkaTransport {
     }
 
     fn sender(&self, emergency_timeout: Duration) -> Result<Arc<dyn Sender>> {
-        let config = KafkaSenderConfig::new(&self.bootstrap).with_emergency_timeout(emergency_timeout);
+        let config = self.sender_config().with_emergency_timeout(emergency_timeout);
         Ok(Arc::new(KafkaSender::new(config)?))
     }
 
@@ -213,7 +238,7 @@ impl Transport for KafkaTransport {
     }
 
     async fn republish(&self, messages: &[OutboundMessage]) -> Result<()> {
-        let sender = KafkaSender::new(KafkaSenderConfig::new(&self.bootstrap))?;
+        let sender = KafkaSender::new(self.sender_config())?;
         all_acknowledged(sender.send(messages).await)?;
         sender.flush(EMERGENCY_TIMEOUT).await
     }
@@ -382,7 +407,65 @@ fn kafka_positions(bootstrap: &str, group: &str, topic: &str) -> Result<String> 
         let (low, high) = consumer
             .fetch_watermarks(topic, partition, SET_UP)
             .map_err(|error| plumbing("reading the watermarks", error))?;
-        text.push_str(&format!(" partition {partition}: committed {offset:?}, watermarks {low}..{high};"));
+        text.push_str(&format!(" partition {partition}: committed {offset:?}, watermarks {low}..{high}"));
+        if let Some(rdkafka::Offset::Offset(next)) = offset
+            && next < high
+        {
+            text.push_str(&format!(", {}", probe_fetch(bootstrap, topic, partition, next)));
+        }
+        text.push(';');
+    }
+    match consumer.fetch_group_list(Some(group), SET_UP) {
+        Ok(groups) => {
+            for described in groups.groups() {
+                let members: Vec<String> = described
+                    .members()
+                    .iter()
+                    .map(|member| {
+                        format!(
+                            "{} ({} assignment bytes)",
+                            member.id(),
+                            member.assignment().map_or(0, <[u8]>::len)
+                        )
+                    })
+                    .collect();
+                text.push_str(&format!(" group state {}, members {members:?};", described.state()));
+            }
+        }
+        Err(error) => text.push_str(&format!(" the group could not be described: {error};")),
     }
     Ok(text)
+}
+
+/// Whether the broker serves a fetch of `topic`/`partition` from offset `from`: a consumer outside
+/// any group asks for it and reports the first record it gets, to tell a partition the group no
+/// longer fetches from one the broker does not serve from there.
+fn probe_fetch(bootstrap: &str, topic: &str, partition: i32, from: i64) -> String {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::Message;
+    let created: std::result::Result<BaseConsumer, _> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", format!("oncebox_probe_{}", Uuid::now_v7().simple()))
+        .set("enable.auto.commit", "false")
+        .create();
+    let Ok(consumer) = created else {
+        return "no probe consumer".to_owned();
+    };
+    let mut list = rdkafka::TopicPartitionList::new();
+    if list.add_partition_offset(topic, partition, rdkafka::Offset::Offset(from)).is_err()
+        || consumer.assign(&list).is_err()
+    {
+        return "the probe could not be assigned".to_owned();
+    }
+    let deadline = std::time::Instant::now() + PROBE_FETCH;
+    while std::time::Instant::now() < deadline {
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(record)) => {
+                return format!("a fetch from {from} returns offset {} first", record.offset());
+            }
+            Some(Err(error)) => return format!("a fetch from {from} fails: {error}"),
+            None => {}
+        }
+    }
+    format!("a fetch from {from} returned NOTHING within {PROBE_FETCH:?}")
 }
