@@ -18,6 +18,7 @@
 #![deny(missing_docs)]
 
 pub mod config;
+pub mod consume;
 pub mod dao;
 pub mod engine;
 pub mod error;

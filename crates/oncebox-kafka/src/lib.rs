@@ -72,6 +72,6 @@ pub use config::{
 };
 pub use listener::{
     HEADER_DEAD_LETTER_REASON, HEADER_DEAD_LETTER_SOURCE, KafkaEvent, KafkaListener, KafkaListenerBuilder,
-    KafkaOutcome, decode_record,
+    KafkaOutcome, KafkaSource, decode_record,
 };
 pub use sender::KafkaSender;

@@ -18,13 +18,13 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use oncebox_core::event::{HEADER_EVENT_ID, HEADER_EVENT_TYPE, HEADER_PAYLOAD_TYPE};
-use oncebox_core::{ConsumeError, Consumed, Error, ErrorKind, Headers, Inbox, Result};
+use oncebox_core::consume::{EventHeaders, HandlerFailure, Handlers, Received};
+use oncebox_core::event::HEADER_EVENT_TYPE;
+use oncebox_core::{Consumed, Error, ErrorKind, Inbox, Result};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::message::{Header, Headers as _, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -49,18 +49,13 @@ const MAX_QUEUED_BEHIND: usize = 10_000;
 /// Bound on producing one record to the dead-letter topic.
 const DEAD_LETTER_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A record as a handler receives it: the decoded `oncebox_*` headers, where it came from, and the
-/// typed payload.
-#[derive(Debug, Clone, PartialEq)]
-pub struct KafkaEvent<T> {
-    /// The event id (`oncebox_event_id`): the inbox key.
-    pub id: Uuid,
-    /// The event type (`oncebox_event_type`): selects the handler.
-    pub event_type: String,
-    /// The payload type name (`oncebox_payload_type`), when present.
-    pub payload_type: Option<String>,
-    /// Every other header with a UTF-8 value (trace context, correlation id, user headers).
-    pub headers: Headers,
+/// A record as a handler receives it: the decoded `oncebox_*` headers, where it came from
+/// ([`KafkaSource`]) and the typed payload.
+pub type KafkaEvent<T> = Received<T, KafkaSource>;
+
+/// Where a record came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaSource {
     /// The record key, when it is UTF-8.
     pub key: Option<String>,
     /// Topic of the record.
@@ -69,8 +64,6 @@ pub struct KafkaEvent<T> {
     pub partition: i32,
     /// Offset of the record.
     pub offset: i64,
-    /// The payload, decoded.
-    pub payload: T,
 }
 
 /// What the listener did with one record, for logs, metrics and tests.
@@ -122,54 +115,14 @@ pub enum KafkaOutcome {
     },
 }
 
-/// A failure a handler reports: poison goes to the dead-letter topic (or stops the partition),
-/// anything else is retried.
-#[derive(Debug)]
-enum HandlerFailure {
-    Poison(Error),
-    Failed(Error),
-}
-
-type HandlerFuture = Pin<Box<dyn Future<Output = Result<Consumed<()>, HandlerFailure>> + Send>>;
-type Handler = Arc<dyn Fn(KafkaEvent<Vec<u8>>) -> HandlerFuture + Send + Sync>;
-
-/// Decodes the JSON payload of `event` as `T`; a payload that does not fit is poison.
-fn typed<T: DeserializeOwned>(event: KafkaEvent<Vec<u8>>) -> Result<KafkaEvent<T>, HandlerFailure> {
-    match serde_json::from_slice::<T>(&event.payload) {
-        Ok(payload) => Ok(KafkaEvent {
-            id: event.id,
-            event_type: event.event_type,
-            payload_type: event.payload_type,
-            headers: event.headers,
-            key: event.key,
-            topic: event.topic,
-            partition: event.partition,
-            offset: event.offset,
-            payload,
-        }),
-        Err(error) => {
-            let text = format!(
-                "the payload of event {} ({}) does not decode as {}: {error}",
-                event.id,
-                event.event_type,
-                std::any::type_name::<T>()
-            );
-            Err(HandlerFailure::Poison(Error::new(ErrorKind::Decode, text).with_source(error)))
-        }
-    }
-}
-
 /// Builds a [`KafkaListener`]: one typed handler per event type.
 pub struct KafkaListenerBuilder {
     config: KafkaListenerConfig,
-    handlers: HashMap<String, Handler>,
+    handlers: Handlers<KafkaSource>,
 }
 
 impl KafkaListenerBuilder {
-    /// Handles `event_type` with `handler`, which receives the payload decoded as `T` (JSON) and
-    /// is responsible for idempotency itself, typically by recording the id through the dialect's
-    /// `InboxWriter` in the transaction of its effect. Return `Ok(Consumed::Duplicate)` when the
-    /// inbox skipped the effect.
+    /// Handles `event_type` with `handler`; see [`Handlers::on`].
     #[must_use]
     pub fn on<T, F, Fut>(mut self, event_type: impl Into<String>, handler: F) -> Self
     where
@@ -177,38 +130,22 @@ impl KafkaListenerBuilder {
         F: Fn(KafkaEvent<T>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Consumed<()>>> + Send + 'static,
     {
-        let handler = Arc::new(handler);
-        let erased: Handler = Arc::new(move |raw: KafkaEvent<Vec<u8>>| -> HandlerFuture {
-            let handler = Arc::clone(&handler);
-            Box::pin(async move { handler(typed::<T>(raw)?).await.map_err(HandlerFailure::Failed) })
-        });
-        self.handlers.insert(event_type.into(), erased);
+        self.handlers = self.handlers.on(event_type, handler);
         self
     }
 
-    /// Handles `event_type` through `inbox` with [`Inbox::consume_once`]: the id is recorded,
-    /// then `effect` runs; a redelivered record is committed without running it again, and a
-    /// failed effect removes the record of the id so the retry runs it.
+    /// Handles `event_type` through `inbox`; see [`Handlers::on_once`]. A redelivered record is
+    /// committed without running `effect` again.
     #[must_use]
-    pub fn on_once<T, W, F, Fut>(self, event_type: impl Into<String>, inbox: Inbox<W>, effect: F) -> Self
+    pub fn on_once<T, W, F, Fut>(mut self, event_type: impl Into<String>, inbox: Inbox<W>, effect: F) -> Self
     where
         T: DeserializeOwned + Send + Sync + 'static,
         W: Send + Sync + 'static,
         F: Fn(KafkaEvent<T>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<()>> + Send + 'static,
     {
-        let shared = Arc::new((inbox, effect));
-        self.on::<T, _, _>(event_type, move |event: KafkaEvent<T>| {
-            let shared = Arc::clone(&shared);
-            async move {
-                let (inbox, effect) = &*shared;
-                let id = event.id;
-                inbox.consume_once(id, async || effect(event).await).await.map_err(|failure| match failure {
-                    ConsumeError::Inbox(error) => error.context(format!("the inbox for event {id}")),
-                    ConsumeError::Handler(error) => error,
-                })
-            }
-        })
+        self.handlers = self.handlers.on_once(event_type, inbox, effect);
+        self
     }
 
     /// The listener; checks the configuration and that at least one handler is registered.
@@ -245,7 +182,7 @@ impl KafkaListenerBuilder {
 /// parallelism across partitions.
 pub struct KafkaListener {
     config: KafkaListenerConfig,
-    handlers: HashMap<String, Handler>,
+    handlers: Handlers<KafkaSource>,
     dead_letters: Option<FutureProducer>,
     outcomes: broadcast::Sender<KafkaOutcome>,
     poison: AtomicU64,
@@ -253,9 +190,10 @@ pub struct KafkaListener {
 
 impl fmt::Debug for KafkaListener {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut types: Vec<&String> = self.handlers.keys().collect();
-        types.sort();
-        f.debug_struct("KafkaListener").field("config", &self.config).field("event_types", &types).finish()
+        f.debug_struct("KafkaListener")
+            .field("config", &self.config)
+            .field("event_types", &self.handlers.event_types())
+            .finish()
     }
 }
 
@@ -361,57 +299,33 @@ fn decode_error(message: String) -> Error {
 /// `oncebox_event_id`, or a missing `oncebox_event_type`, is a [`ErrorKind::Decode`] error naming
 /// the header.
 pub fn decode_record(record: &OwnedMessage) -> Result<KafkaEvent<Vec<u8>>> {
-    let place = format!("{}/{}@{}", record.topic(), record.partition(), record.offset());
-    let mut id_value: Option<Option<&[u8]>> = None;
-    let mut event_type = None;
-    let mut payload_type = None;
-    let mut headers = Headers::new();
-    if let Some(list) = record.headers() {
-        for Header { key, value } in list.iter() {
-            let text = value.and_then(|bytes| std::str::from_utf8(bytes).ok());
-            match key {
-                HEADER_EVENT_ID => id_value = Some(value),
-                HEADER_EVENT_TYPE => event_type = text.map(str::to_owned),
-                HEADER_PAYLOAD_TYPE => payload_type = text.map(str::to_owned),
-                other if other.starts_with("oncebox_") => {}
-                other => {
-                    if let Some(text) = text {
-                        headers.insert(other.to_owned(), text.to_owned());
-                    }
-                }
-            }
-        }
-    }
-    let id_bytes = id_value
-        .ok_or_else(|| decode_error(format!("record {place} has no {HEADER_EVENT_ID} header")))?
-        .unwrap_or_default();
-    let id_text = std::str::from_utf8(id_bytes).map_err(|error| {
-        decode_error(format!("header {HEADER_EVENT_ID} of record {place} is not UTF-8")).with_source(error)
-    })?;
-    let id = Uuid::parse_str(id_text.trim()).map_err(|error| {
-        decode_error(format!("header {HEADER_EVENT_ID} '{id_text}' of record {place} is not a UUID"))
-            .with_source(error)
-    })?;
-    let event_type = event_type.ok_or_else(|| {
-        decode_error(format!("record {place} (event {id}) has no {HEADER_EVENT_TYPE} header"))
-    })?;
-    Ok(KafkaEvent {
-        id,
-        event_type,
-        payload_type,
-        headers,
+    let place = format!("record {}/{}@{}", record.topic(), record.partition(), record.offset());
+    let entries = record
+        .headers()
+        .into_iter()
+        .flat_map(|list| list.iter())
+        .map(|Header { key, value }| (key, value.and_then(|bytes| std::str::from_utf8(bytes).ok())));
+    let headers = EventHeaders::decode(&place, entries)?;
+    let Some(event_type) = headers.event_type.clone() else {
+        return Err(Error::new(
+            ErrorKind::Decode,
+            format!("{place} (event {}) has no {HEADER_EVENT_TYPE} header", headers.id),
+        ));
+    };
+    let source = KafkaSource {
         key: record.key().and_then(|bytes| std::str::from_utf8(bytes).ok()).map(str::to_owned),
         topic: record.topic().to_owned(),
         partition: record.partition(),
         offset: record.offset(),
-        payload: record.payload().map(<[u8]>::to_vec).unwrap_or_default(),
-    })
+    };
+    let payload = record.payload().map(<[u8]>::to_vec).unwrap_or_default();
+    Ok(headers.into_received(event_type, source, payload))
 }
 
 impl KafkaListener {
     /// A builder for a listener with `config`.
     pub fn builder(config: KafkaListenerConfig) -> KafkaListenerBuilder {
-        KafkaListenerBuilder { config, handlers: HashMap::new() }
+        KafkaListenerBuilder { config, handlers: Handlers::new() }
     }
 
     /// What the listener does with each record, as it happens (a bounded broadcast: a slow
@@ -646,7 +560,7 @@ impl KafkaListener {
             Err(error) => return self.poison(consumer, record, None, error, attempts).await,
         };
         let id = event.id;
-        let Some(handler) = self.handlers.get(&event.event_type).cloned() else {
+        let Some(handler) = self.handlers.get(&event.event_type) else {
             let error =
                 decode_error(format!("no handler for event type '{}' (event {id})", event.event_type));
             return self.poison(consumer, record, Some(id), error, attempts).await;
@@ -776,6 +690,7 @@ async fn sleep_until_some(deadline: Option<Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use oncebox_core::event::{HEADER_EVENT_ID, HEADER_PAYLOAD_TYPE};
     use rdkafka::Timestamp;
 
     fn record(headers: &[(&str, &[u8])]) -> OwnedMessage {
@@ -820,8 +735,8 @@ mod tests {
         assert_eq!(event.id, id);
         assert_eq!(event.event_type, "order-created");
         assert_eq!(event.payload_type.as_deref(), Some("OrderCreated"));
-        assert_eq!(event.key.as_deref(), Some("customer-7"));
-        assert_eq!((event.partition, event.offset), (2, 41));
+        assert_eq!(event.source.key.as_deref(), Some("customer-7"));
+        assert_eq!((event.source.partition, event.source.offset), (2, 41));
         assert_eq!(event.headers.get("traceparent").map(String::as_str), Some("00-abc-def-01"));
         assert!(!event.headers.contains_key("binary"), "non-UTF-8 header values are left out");
         assert!(!event.headers.contains_key(HEADER_EVENT_ID));
@@ -847,26 +762,6 @@ mod tests {
                 "{error:?}"
             );
         }
-    }
-
-    #[test]
-    fn a_payload_of_the_wrong_shape_is_poison() {
-        #[derive(Debug, serde::Deserialize)]
-        struct Order {
-            _index: u32,
-        }
-        let event = KafkaEvent {
-            id: Uuid::nil(),
-            event_type: "t".into(),
-            payload_type: None,
-            headers: Headers::new(),
-            key: None,
-            topic: "orders".into(),
-            partition: 0,
-            offset: 0,
-            payload: b"{\"_index\":\"six\"}".to_vec(),
-        };
-        assert!(matches!(typed::<Order>(event), Err(HandlerFailure::Poison(_))));
     }
 
     #[test]

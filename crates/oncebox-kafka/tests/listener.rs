@@ -261,12 +261,12 @@ async fn a_typed_handler_receives_the_decoded_event(harness: Arc<Harness>) -> Te
     assert_eq!(event.id, message.id);
     assert_eq!(event.event_type, EVENT_TYPE);
     assert_eq!(event.payload_type.as_deref(), Some("OrderCreated"));
-    assert_eq!(event.key.as_deref(), Some("customer-7"));
-    assert_eq!(event.topic, fixture.topic);
+    assert_eq!(event.source.key.as_deref(), Some("customer-7"));
+    assert_eq!(event.source.topic, fixture.topic);
     assert_eq!(event.headers.get("traceparent").map(String::as_str), Some("00-trace-7-01"));
     assert_eq!(event.payload, OrderCreated { index: 7 });
     fixture.stop().await?;
-    assert_eq!(fixture.committed()?, Some(event.offset + 1), "the handled record was committed");
+    assert_eq!(fixture.committed()?, Some(event.source.offset + 1), "the handled record was committed");
     Ok(())
 }
 

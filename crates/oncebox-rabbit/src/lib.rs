@@ -51,6 +51,6 @@ pub use config::{
 pub use listener::{
     DEFAULT_MAX_ATTEMPTS, DEFAULT_PREFETCH, DEFAULT_RETRY_MAX, DEFAULT_RETRY_MIN, DEFAULT_SHUTDOWN_GRACE,
     ListenerOutcome, MAX_RETRY_BACKOFF, MAX_SHUTDOWN_GRACE, RabbitEvent, RabbitListener,
-    RabbitListenerBuilder, RabbitListenerConfig, RabbitTopology, decode_delivery,
+    RabbitListenerBuilder, RabbitListenerConfig, RabbitSource, RabbitTopology, decode_delivery,
 };
 pub use sender::RabbitSender;

@@ -29,7 +29,6 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -41,9 +40,9 @@ use lapin::options::{
 };
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{Connection, ConnectionProperties, ExchangeKind};
-use oncebox_core::event::{HEADER_EVENT_ID, HEADER_EVENT_TYPE, HEADER_PAYLOAD_TYPE};
+use oncebox_core::consume::{EventHeaders, HandlerFailure, Handlers, Received};
 use oncebox_core::retry::doubling_delay;
-use oncebox_core::{ConsumeError, Consumed, Error, ErrorKind, Headers, Inbox, Result};
+use oncebox_core::{Consumed, Error, ErrorKind, Inbox, Result};
 use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, watch};
 use uuid::Uuid;
@@ -303,21 +302,20 @@ impl RabbitListenerConfig {
     }
 }
 
-/// An event as a handler receives it: the decoded `oncebox_*` headers and the typed payload.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RabbitEvent<T> {
-    /// The event id (`oncebox_event_id`): the inbox key.
-    pub id: Uuid,
-    /// The event type (`oncebox_event_type`, else the routing key).
-    pub event_type: String,
-    /// The payload type name (`oncebox_payload_type`), when present.
-    pub payload_type: Option<String>,
-    /// Every other text header (trace context, correlation id, user headers).
-    pub headers: Headers,
+/// An event as a handler receives it: the decoded `oncebox_*` headers, where it came from
+/// ([`RabbitSource`]) and the typed payload. Without an `oncebox_event_type` header the event type
+/// is the routing key.
+pub type RabbitEvent<T> = Received<T, RabbitSource>;
+
+/// Where a delivery came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RabbitSource {
+    /// The exchange the message was published to.
+    pub exchange: String,
+    /// Its routing key.
+    pub routing_key: String,
     /// Whether the broker delivered this message before.
     pub redelivered: bool,
-    /// The payload, decoded.
-    pub payload: T,
 }
 
 /// What the listener did with one delivery, for logs, metrics and tests.
@@ -385,51 +383,14 @@ enum SessionEnd {
     Lost { error: Error, consumed: bool },
 }
 
-/// How a handler ended: applied, or skipped as a duplicate by the inbox.
-type HandlerFuture = Pin<Box<dyn Future<Output = Result<Consumed<()>, HandlerFailure>> + Send>>;
-
-/// A failure a handler reports: poison is rejected at once, anything else is retried.
-#[derive(Debug)]
-enum HandlerFailure {
-    Poison(Error),
-    Failed(Error),
-}
-
-type Handler = Arc<dyn Fn(RabbitEvent<Vec<u8>>) -> HandlerFuture + Send + Sync>;
-
-fn decode_payload<T: DeserializeOwned>(
-    event: RabbitEvent<Vec<u8>>,
-) -> Result<RabbitEvent<T>, HandlerFailure> {
-    let payload: T = serde_json::from_slice(&event.payload).map_err(|error| {
-        HandlerFailure::Poison(
-            Error::new(
-                ErrorKind::Decode,
-                format!("payload of event {} ({}) does not decode: {error}", event.id, event.event_type),
-            )
-            .with_source(error),
-        )
-    })?;
-    Ok(RabbitEvent {
-        id: event.id,
-        event_type: event.event_type,
-        payload_type: event.payload_type,
-        headers: event.headers,
-        redelivered: event.redelivered,
-        payload,
-    })
-}
-
 /// Builds a [`RabbitListener`]: one handler per event type.
 pub struct RabbitListenerBuilder {
     config: RabbitListenerConfig,
-    handlers: HashMap<String, Handler>,
+    handlers: Handlers<RabbitSource>,
 }
 
 impl RabbitListenerBuilder {
-    /// Handles `event_type` with `handler`, which decodes its payload as `T` (JSON) and is
-    /// responsible for idempotency itself — typically by calling
-    /// [`Inbox::consume_in`] inside its own database transaction. Return
-    /// `Ok(Consumed::Duplicate)` when the inbox skipped the effect.
+    /// Handles `event_type` with `handler`; see [`Handlers::on`].
     #[must_use]
     pub fn on<T, F, Fut>(mut self, event_type: impl Into<String>, handler: F) -> Self
     where
@@ -437,44 +398,22 @@ impl RabbitListenerBuilder {
         F: Fn(RabbitEvent<T>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Consumed<()>>> + Send + 'static,
     {
-        let handler = Arc::new(handler);
-        let wrapped: Handler = Arc::new(move |raw| {
-            let handler = handler.clone();
-            Box::pin(async move {
-                let event = decode_payload::<T>(raw)?;
-                handler(event).await.map_err(HandlerFailure::Failed)
-            })
-        });
-        self.handlers.insert(event_type.into(), wrapped);
+        self.handlers = self.handlers.on(event_type, handler);
         self
     }
 
-    /// Handles `event_type` through `inbox` with [`Inbox::consume_once`]: the id is recorded first,
-    /// then `effect` runs; a redelivered event is acknowledged without running it again, and a
-    /// failed effect removes the record so the redelivery tries again.
+    /// Handles `event_type` through `inbox`; see [`Handlers::on_once`]. A redelivered event is
+    /// acknowledged without running `effect` again.
     #[must_use]
-    pub fn on_once<T, W, F, Fut>(self, event_type: impl Into<String>, inbox: Inbox<W>, effect: F) -> Self
+    pub fn on_once<T, W, F, Fut>(mut self, event_type: impl Into<String>, inbox: Inbox<W>, effect: F) -> Self
     where
         T: DeserializeOwned + Send + Sync + 'static,
         W: Send + Sync + 'static,
         F: Fn(RabbitEvent<T>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<()>> + Send + 'static,
     {
-        let inbox = Arc::new(inbox);
-        let effect = Arc::new(effect);
-        self.on::<T, _, _>(event_type, move |event: RabbitEvent<T>| {
-            let inbox = inbox.clone();
-            let effect = effect.clone();
-            async move {
-                let id = event.id;
-                match inbox.consume_once(id, async || effect(event).await).await {
-                    Ok(Consumed::Applied(())) => Ok(Consumed::Applied(())),
-                    Ok(Consumed::Duplicate) => Ok(Consumed::Duplicate),
-                    Err(ConsumeError::Inbox(error)) => Err(error.context(format!("inbox for event {id}"))),
-                    Err(ConsumeError::Handler(error)) => Err(error),
-                }
-            }
-        })
+        self.handlers = self.handlers.on_once(event_type, inbox, effect);
+        self
     }
 
     /// The listener; checks the configuration.
@@ -499,7 +438,7 @@ impl RabbitListenerBuilder {
 /// re-declaring the topology when `declare` is on) after the connection is lost.
 pub struct RabbitListener {
     config: RabbitListenerConfig,
-    handlers: Arc<HashMap<String, Handler>>,
+    handlers: Arc<Handlers<RabbitSource>>,
     outcomes: broadcast::Sender<ListenerOutcome>,
     /// Failed handler runs seen by this process per event id: the attempt count, kept across a
     /// redelivery (after a reconnect) of a message that failed here. Entries go when the message is
@@ -509,9 +448,10 @@ pub struct RabbitListener {
 
 impl fmt::Debug for RabbitListener {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut types: Vec<&String> = self.handlers.keys().collect();
-        types.sort();
-        f.debug_struct("RabbitListener").field("config", &self.config).field("event_types", &types).finish()
+        f.debug_struct("RabbitListener")
+            .field("config", &self.config)
+            .field("event_types", &self.handlers.event_types())
+            .finish()
     }
 }
 
@@ -540,42 +480,25 @@ fn header_number(value: &AMQPValue) -> Option<u64> {
 }
 
 /// Decodes the `oncebox_*` headers of a delivery; a missing or malformed event id is a decode error.
+/// The broker's own `x-` headers are left out of the user's headers.
 pub fn decode_delivery(delivery: &Delivery) -> Result<RabbitEvent<Vec<u8>>> {
-    let empty = FieldTable::default();
-    let table = delivery.properties.headers().as_ref().unwrap_or(&empty);
-    let text = |name: &str| table.inner().get(name).and_then(header_text);
-    let id_text = match table.inner().get(HEADER_EVENT_ID) {
-        None => {
-            return Err(decode_error(format!(
-                "message on '{}' (routing key '{}') has no {HEADER_EVENT_ID} header",
-                delivery.exchange, delivery.routing_key
-            )));
-        }
-        Some(value) => header_text(value).ok_or_else(|| {
-            decode_error(format!(
-                "header {HEADER_EVENT_ID} is not a string (routing key '{}')",
-                delivery.routing_key
-            ))
-        })?,
-    };
-    let id = Uuid::parse_str(&id_text).map_err(|error| {
-        decode_error(format!("header {HEADER_EVENT_ID} '{id_text}' is not a UUID")).with_source(error)
-    })?;
-    let event_type = text(HEADER_EVENT_TYPE).unwrap_or_else(|| delivery.routing_key.as_str().to_owned());
-    let headers: Headers = table
-        .inner()
+    let place = format!("the message on '{}' (routing key '{}')", delivery.exchange, delivery.routing_key);
+    let texts: Vec<(&str, Option<String>)> = delivery
+        .properties
+        .headers()
         .iter()
-        .filter(|(name, _)| !name.as_str().starts_with("oncebox_") && !name.as_str().starts_with("x-"))
-        .filter_map(|(name, value)| Some((name.as_str().to_owned(), header_text(value)?)))
+        .flat_map(|table| table.inner().iter())
+        .filter(|(name, _)| !name.as_str().starts_with("x-"))
+        .map(|(name, value)| (name.as_str(), header_text(value)))
         .collect();
-    Ok(RabbitEvent {
-        id,
-        event_type,
-        payload_type: text(HEADER_PAYLOAD_TYPE),
-        headers,
+    let headers = EventHeaders::decode(&place, texts.iter().map(|(name, value)| (*name, value.as_deref())))?;
+    let event_type = headers.event_type.clone().unwrap_or_else(|| delivery.routing_key.as_str().to_owned());
+    let source = RabbitSource {
+        exchange: delivery.exchange.as_str().to_owned(),
+        routing_key: delivery.routing_key.as_str().to_owned(),
         redelivered: delivery.redelivered,
-        payload: delivery.data.clone(),
-    })
+    };
+    Ok(headers.into_received(event_type, source, delivery.data.clone()))
 }
 
 fn short(what: &str, value: &str) -> Result<ShortString> {
@@ -620,7 +543,7 @@ async fn channel_closed(channel: &lapin::Channel, delivery: &Delivery) {
 impl RabbitListener {
     /// A builder for a listener with `config`.
     pub fn builder(config: RabbitListenerConfig) -> RabbitListenerBuilder {
-        RabbitListenerBuilder { config, handlers: HashMap::new() }
+        RabbitListenerBuilder { config, handlers: Handlers::new() }
     }
 
     /// What the listener does with each delivery, as it happens (a bounded broadcast: a slow
@@ -827,7 +750,7 @@ impl RabbitListener {
             .await
             .map_err(|error| broker(format!("declaring queue '{}'", self.config.queue), error))?;
         let keys: Vec<String> = if topology.binding_keys.is_empty() {
-            self.handlers.keys().cloned().collect()
+            self.handlers.event_types().into_iter().map(str::to_owned).collect()
         } else {
             topology.binding_keys.clone()
         };
@@ -906,7 +829,7 @@ impl RabbitListener {
             Err(error) => return self.give_up(delivery, None, error).await,
         };
         let id = event.id;
-        let Some(handler) = self.handlers.get(&event.event_type).cloned() else {
+        let Some(handler) = self.handlers.get(&event.event_type) else {
             let error =
                 decode_error(format!("no handler for event type '{}' (event {id})", event.event_type));
             return self.give_up(delivery, Some(id), error).await;
@@ -1016,6 +939,7 @@ impl RabbitListener {
 mod tests {
     use super::*;
     use lapin::BasicProperties;
+    use oncebox_core::event::{HEADER_EVENT_ID, HEADER_PAYLOAD_TYPE};
 
     fn delivery(headers: &[(&str, &str)]) -> Delivery {
         let mut table = FieldTable::default();
@@ -1047,7 +971,7 @@ mod tests {
         assert_eq!(event.payload_type.as_deref(), Some("OrderCreated"));
         assert_eq!(event.headers.get("traceparent").map(String::as_str), Some("00-abc-def-01"));
         assert!(!event.headers.contains_key(HEADER_EVENT_ID));
-        assert!(event.redelivered);
+        assert!(event.source.redelivered);
         Ok(())
     }
 

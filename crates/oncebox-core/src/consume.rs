@@ -1,0 +1,354 @@
+//! The transport-neutral half of a listener: what a handler receives ([`Received`]), how the
+//! `oncebox_*` headers of a message are read ([`EventHeaders::decode`]), and the registry of typed
+//! handlers ([`Handlers`], with [`Handlers::on`] and [`Handlers::on_once`] through an
+//! [`Inbox`]).
+//!
+//! A transport crate keeps only its broker loop (acknowledging or committing, holding a message
+//! for a retry, reconnecting, dead-lettering) and hands each message here as a
+//! `Received<Vec<u8>, M>`, where `M` is what the broker says about the message (a Kafka
+//! record's topic, partition and offset; a RabbitMQ delivery's exchange and redelivery flag).
+//!
+//! ```
+//! use oncebox_core::consume::{EventHeaders, Handlers, Received};
+//! use oncebox_core::Consumed;
+//!
+//! #[derive(serde::Deserialize)]
+//! struct OrderCreated { order: u64 }
+//!
+//! let id = uuid::Uuid::now_v7().to_string();
+//! let headers = EventHeaders::decode(
+//!     "queue 'billing'",
+//!     [("oncebox_event_id", Some(id.as_str())), ("oncebox_event_type", Some("order-created")), ("traceparent", Some("00-1-2-01"))],
+//! )?;
+//! assert_eq!(headers.event_type.as_deref(), Some("order-created"));
+//! assert_eq!(headers.headers.len(), 1, "only the user's headers are kept");
+//!
+//! let handlers: Handlers<()> = Handlers::new().on("order-created", |event: Received<OrderCreated, ()>| async move {
+//!     assert_eq!(event.payload.order, 7);
+//!     Ok(Consumed::Applied(()))
+//! });
+//! assert_eq!(handlers.event_types(), ["order-created"]);
+//! # Ok::<(), oncebox_core::Error>(())
+//! ```
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use uuid::Uuid;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::event::{HEADER_EVENT_ID, HEADER_EVENT_TYPE, HEADER_PAYLOAD_TYPE, Headers};
+use crate::inbox::{ConsumeError, Consumed, Inbox};
+
+/// Prefix of the headers oncebox writes itself; they are read into [`Received`]'s fields and never
+/// passed on as user headers.
+pub const ONCEBOX_HEADER_PREFIX: &str = "oncebox_";
+
+/// An event as a handler receives it: the decoded `oncebox_*` headers, what the broker says about
+/// the message (`source`), and the payload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Received<T, M> {
+    /// The event id (`oncebox_event_id`): the inbox key.
+    pub id: Uuid,
+    /// The event type (`oncebox_event_type`): selects the handler.
+    pub event_type: String,
+    /// The payload type name (`oncebox_payload_type`), when present.
+    pub payload_type: Option<String>,
+    /// Every other header with a text value (trace context, correlation id, user headers).
+    pub headers: Headers,
+    /// Where the message came from, in the broker's terms.
+    pub source: M,
+    /// The payload.
+    pub payload: T,
+}
+
+impl<M> Received<Vec<u8>, M> {
+    /// The event with its JSON payload decoded as `T`. A payload that does not fit `T` can never
+    /// be handled, so its error is [`HandlerFailure::Poison`], naming the event and the type.
+    pub fn decode_json<T: DeserializeOwned>(self) -> Result<Received<T, M>, HandlerFailure> {
+        match serde_json::from_slice::<T>(&self.payload) {
+            Ok(payload) => Ok(Received {
+                id: self.id,
+                event_type: self.event_type,
+                payload_type: self.payload_type,
+                headers: self.headers,
+                source: self.source,
+                payload,
+            }),
+            Err(error) => {
+                let text = format!(
+                    "the payload of event {} ({}) does not decode as {}: {error}",
+                    self.id,
+                    self.event_type,
+                    std::any::type_name::<T>()
+                );
+                Err(HandlerFailure::Poison(Error::new(ErrorKind::Decode, text).with_source(error)))
+            }
+        }
+    }
+}
+
+/// The `oncebox_*` headers of a message and the user's headers beside them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventHeaders {
+    /// `oncebox_event_id`.
+    pub id: Uuid,
+    /// `oncebox_event_type`, when present; a transport may fall back to a routing key.
+    pub event_type: Option<String>,
+    /// `oncebox_payload_type`, when present.
+    pub payload_type: Option<String>,
+    /// Every header not starting with `oncebox_` whose value is text.
+    pub headers: Headers,
+}
+
+impl EventHeaders {
+    /// Reads the headers of the message at `place` (`"record orders/2@41"`, `"queue 'billing'"`),
+    /// given as names with their value when it is text (`None` for a value that is not: binary,
+    /// or a number). A missing `oncebox_event_id`, or one that is not text or not a UUID, is an
+    /// [`ErrorKind::Decode`] error naming the header and `place`.
+    pub fn decode<'a>(
+        place: &str,
+        entries: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
+    ) -> Result<Self> {
+        let mut id: Option<Option<&str>> = None;
+        let (mut event_type, mut payload_type) = (None, None);
+        let mut headers = Headers::new();
+        for (name, value) in entries {
+            match name {
+                HEADER_EVENT_ID => id = Some(value),
+                HEADER_EVENT_TYPE => event_type = value.map(str::to_owned),
+                HEADER_PAYLOAD_TYPE => payload_type = value.map(str::to_owned),
+                other if other.starts_with(ONCEBOX_HEADER_PREFIX) => {}
+                other => {
+                    if let Some(value) = value {
+                        headers.insert(other.to_owned(), value.to_owned());
+                    }
+                }
+            }
+        }
+        let text = id
+            .ok_or_else(|| decode_error(format!("{place} has no {HEADER_EVENT_ID} header")))?
+            .ok_or_else(|| decode_error(format!("header {HEADER_EVENT_ID} of {place} is not text")))?;
+        let id = Uuid::parse_str(text.trim()).map_err(|error| {
+            decode_error(format!("header {HEADER_EVENT_ID} '{text}' of {place} is not a UUID"))
+                .with_source(error)
+        })?;
+        Ok(Self { id, event_type, payload_type, headers })
+    }
+
+    /// The event these headers describe, with `event_type` settled by the transport.
+    pub fn into_received<T, M>(self, event_type: String, source: M, payload: T) -> Received<T, M> {
+        Received {
+            id: self.id,
+            event_type,
+            payload_type: self.payload_type,
+            headers: self.headers,
+            source,
+            payload,
+        }
+    }
+}
+
+fn decode_error(message: String) -> Error {
+    Error::new(ErrorKind::Decode, message)
+}
+
+/// How a handler failed: poison can never succeed (dead-letter it, or hold it), anything else
+/// runs again after a backoff.
+#[derive(Debug)]
+pub enum HandlerFailure {
+    /// The message can never be handled (its payload does not decode, say).
+    Poison(Error),
+    /// The handler failed; a later run may succeed.
+    Failed(Error),
+}
+
+/// The future a registered handler returns.
+pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<Consumed<()>, HandlerFailure>> + Send>>;
+
+/// A registered handler, its payload type erased: it decodes the payload itself.
+pub type Handler<M> = Arc<dyn Fn(Received<Vec<u8>, M>) -> HandlerFuture + Send + Sync>;
+
+/// One handler per event type, each decoding the payload into its own type.
+pub struct Handlers<M> {
+    by_type: HashMap<String, Handler<M>>,
+}
+
+impl<M> Default for Handlers<M> {
+    fn default() -> Self {
+        Self { by_type: HashMap::new() }
+    }
+}
+
+impl<M> fmt::Debug for Handlers<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Handlers").field("event_types", &self.event_types()).finish()
+    }
+}
+
+impl<M> Handlers<M> {
+    /// The handler of `event_type`.
+    pub fn get(&self, event_type: &str) -> Option<Handler<M>> {
+        self.by_type.get(event_type).cloned()
+    }
+
+    /// Whether no type has a handler.
+    pub fn is_empty(&self) -> bool {
+        self.by_type.is_empty()
+    }
+
+    /// The event types with a handler, sorted.
+    pub fn event_types(&self) -> Vec<&str> {
+        let mut types: Vec<&str> = self.by_type.keys().map(String::as_str).collect();
+        types.sort_unstable();
+        types
+    }
+}
+
+impl<M: Send + 'static> Handlers<M> {
+    /// No handler yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Handles `event_type` with `handler`, which receives the payload decoded as `T` (JSON) and
+    /// is responsible for idempotency itself, typically by recording the id through the dialect's
+    /// `InboxWriter` in the transaction of its effect. It returns `Ok(Consumed::Duplicate)` when
+    /// the inbox skipped the effect. Registering a type again replaces its handler.
+    #[must_use]
+    pub fn on<T, F, Fut>(mut self, event_type: impl Into<String>, handler: F) -> Self
+    where
+        T: DeserializeOwned + Send + 'static,
+        F: Fn(Received<T, M>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Consumed<()>>> + Send + 'static,
+    {
+        let handler = Arc::new(handler);
+        let erased: Handler<M> = Arc::new(move |raw: Received<Vec<u8>, M>| -> HandlerFuture {
+            let handler = Arc::clone(&handler);
+            Box::pin(async move { handler(raw.decode_json::<T>()?).await.map_err(HandlerFailure::Failed) })
+        });
+        self.by_type.insert(event_type.into(), erased);
+        self
+    }
+
+    /// Handles `event_type` through `inbox` with [`Inbox::consume_once`]: the id is recorded,
+    /// then `effect` runs; a redelivered message is settled without running it again, and a
+    /// failed effect removes the record of the id so the retry runs it.
+    #[must_use]
+    pub fn on_once<T, W, F, Fut>(self, event_type: impl Into<String>, inbox: Inbox<W>, effect: F) -> Self
+    where
+        T: DeserializeOwned + Send + Sync + 'static,
+        W: Send + Sync + 'static,
+        F: Fn(Received<T, M>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<()>> + Send + 'static,
+    {
+        let shared = Arc::new((inbox, effect));
+        self.on::<T, _, _>(event_type, move |event: Received<T, M>| {
+            let shared = Arc::clone(&shared);
+            async move {
+                let (inbox, effect) = &*shared;
+                let id = event.id;
+                inbox.consume_once(id, async || effect(event).await).await.map_err(|failure| match failure {
+                    ConsumeError::Inbox(error) => error.context(format!("the inbox for event {id}")),
+                    ConsumeError::Handler(error) => error,
+                })
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(payload: &[u8]) -> Received<Vec<u8>, &'static str> {
+        Received {
+            id: Uuid::nil(),
+            event_type: "order-created".into(),
+            payload_type: None,
+            headers: Headers::new(),
+            source: "orders/0@1",
+            payload: payload.to_vec(),
+        }
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    struct Order {
+        order: u32,
+    }
+
+    #[test]
+    fn a_payload_decodes_into_the_handlers_type_or_is_poison_naming_it() {
+        let decoded = raw(b"{\"order\":7}").decode_json::<Order>();
+        assert!(matches!(&decoded, Ok(event) if event.payload.order == 7 && event.source == "orders/0@1"));
+        let poison = raw(b"{\"order\":\"seven\"}").decode_json::<Order>();
+        assert!(
+            matches!(&poison, Err(HandlerFailure::Poison(error)) if error.kind() == ErrorKind::Decode
+                && error.to_string().contains("Order")),
+            "{poison:?}"
+        );
+    }
+
+    #[test]
+    fn headers_split_into_the_oncebox_fields_and_the_users_text_headers() -> Result<()> {
+        let id = Uuid::now_v7().to_string();
+        let headers = EventHeaders::decode(
+            "record orders/2@41",
+            [
+                (HEADER_EVENT_ID, Some(id.as_str())),
+                (HEADER_EVENT_TYPE, Some("order-created")),
+                (HEADER_PAYLOAD_TYPE, Some("OrderCreated")),
+                ("oncebox_future_header", Some("ignored")),
+                ("traceparent", Some("00-abc-def-01")),
+                ("binary", None),
+            ],
+        )?;
+        assert_eq!(headers.id.to_string(), id);
+        assert_eq!(headers.event_type.as_deref(), Some("order-created"));
+        assert_eq!(headers.payload_type.as_deref(), Some("OrderCreated"));
+        assert_eq!(headers.headers, Headers::from([("traceparent".to_owned(), "00-abc-def-01".to_owned())]));
+        Ok(())
+    }
+
+    #[test]
+    fn a_missing_non_text_or_malformed_id_is_a_decode_error_naming_the_header_and_the_place() {
+        let cases: [Vec<(&str, Option<&str>)>; 3] = [
+            vec![(HEADER_EVENT_TYPE, Some("t"))],
+            vec![(HEADER_EVENT_ID, None)],
+            vec![(HEADER_EVENT_ID, Some("42"))],
+        ];
+        for entries in cases {
+            let error = EventHeaders::decode("queue 'billing'", entries).err();
+            assert!(
+                error.as_ref().is_some_and(|error| error.kind() == ErrorKind::Decode
+                    && error.to_string().contains(HEADER_EVENT_ID)
+                    && error.to_string().contains("queue 'billing'")),
+                "{error:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_handler_gets_its_type_and_a_failure_is_retried_not_poison() -> Result<()> {
+        let handlers: Handlers<&'static str> =
+            Handlers::new().on("order-created", |event: Received<Order, &'static str>| async move {
+                if event.payload.order == 7 {
+                    Ok(Consumed::Applied(()))
+                } else {
+                    Err(Error::new(ErrorKind::Database, "effect failed"))
+                }
+            });
+        assert!(handlers.get("order-cancelled").is_none());
+        let handler = handlers
+            .get("order-created")
+            .ok_or_else(|| Error::new(ErrorKind::Config, "the handler is missing"))?;
+        assert!(matches!(handler(raw(b"{\"order\":7}")).await, Ok(Consumed::Applied(()))));
+        assert!(matches!(handler(raw(b"{\"order\":8}")).await, Err(HandlerFailure::Failed(_))));
+        assert!(matches!(handler(raw(b"[]")).await, Err(HandlerFailure::Poison(_))));
+        Ok(())
+    }
+}
