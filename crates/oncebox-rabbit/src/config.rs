@@ -3,6 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use lapin::types::ShortString;
 use oncebox_core::retry::doubling_delay;
 use oncebox_core::{Error, Result};
 
@@ -155,6 +156,246 @@ pub(crate) fn check_url(key: &str, url: &str) -> Result<()> {
 /// `***`, for logs and `Debug`: the one rule of `oncebox-core`, where the user info runs to the
 /// **last** `@`, so a password with an unencoded `/`, `?`, `#` or `@` is hidden too.
 pub use oncebox_core::redact::redact_url;
+
+/// Default number of failed handler runs of an event seen by this process (the first included,
+/// across in-process retries and redeliveries to this process) before it is rejected to the
+/// dead-letter exchange. Without a dead-letter exchange the event is retried beyond it, never
+/// discarded.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
+/// Default wait before the second run of a failing handler; it doubles per failed run.
+pub const DEFAULT_RETRY_MIN: Duration = Duration::from_millis(200);
+/// Default longest wait between runs of a failing handler.
+pub const DEFAULT_RETRY_MAX: Duration = Duration::from_secs(30);
+/// Longest retry backoff accepted (15 minutes). The message waits unacknowledged meanwhile, and
+/// RabbitMQ closes a channel holding a message longer than its `consumer_timeout` (30 minutes by
+/// default), so a longer wait could never end in a retry.
+pub const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(15 * 60);
+/// Longest shutdown grace accepted (one day); a deadline beyond it could overflow the clock.
+pub const MAX_SHUTDOWN_GRACE: Duration = Duration::from_secs(24 * 60 * 60);
+/// Default wait for the delivery in hand at shutdown.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// Default number of unacknowledged messages the broker sends ahead.
+pub const DEFAULT_PREFETCH: u16 = 32;
+
+/// The exchange, queue and bindings the listener declares when `declare` is on. Everything is
+/// durable; the queue gets `x-dead-letter-exchange` when a dead-letter exchange is named.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RabbitTopology {
+    /// Topic exchange the events are published to (the event types' `topic`).
+    pub exchange: String,
+    /// Binding keys from the exchange to the queue; empty means "every registered event type".
+    pub binding_keys: Vec<String>,
+    /// Fanout exchange that receives rejected messages.
+    pub dead_letter_exchange: Option<String>,
+    /// Queue bound to the dead-letter exchange, where people find poison messages.
+    pub dead_letter_queue: Option<String>,
+}
+
+impl RabbitTopology {
+    /// Topology for `exchange`, bound by every registered event type, without dead-lettering.
+    pub fn new(exchange: impl Into<String>) -> Self {
+        Self {
+            exchange: exchange.into(),
+            binding_keys: Vec::new(),
+            dead_letter_exchange: None,
+            dead_letter_queue: None,
+        }
+    }
+
+    /// Dead-letters rejected messages to `exchange` (fanout) and the queue `queue` bound to it.
+    #[must_use]
+    pub fn with_dead_letter(mut self, exchange: impl Into<String>, queue: impl Into<String>) -> Self {
+        self.dead_letter_exchange = Some(exchange.into());
+        self.dead_letter_queue = Some(queue.into());
+        self
+    }
+
+    /// Binds with these keys instead of the registered event types.
+    #[must_use]
+    pub fn with_binding_keys(mut self, keys: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.binding_keys = keys.into_iter().map(Into::into).collect();
+        self
+    }
+}
+
+/// Where and how a [`RabbitListener`] consumes. `Debug` hides the URL's password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RabbitListenerConfig {
+    pub(crate) url: String,
+    pub(crate) queue: String,
+    pub(crate) prefetch: u16,
+    pub(crate) max_attempts: u32,
+    pub(crate) retry_min: Duration,
+    pub(crate) retry_max: Duration,
+    pub(crate) declare: Option<RabbitTopology>,
+    pub(crate) queue_dead_letter_exchange: bool,
+    pub(crate) reconnect_min: Duration,
+    pub(crate) reconnect_max: Duration,
+    pub(crate) shutdown_grace: Duration,
+    pub(crate) connection_name: String,
+}
+
+impl fmt::Debug for RabbitListenerConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RabbitListenerConfig")
+            .field("url", &redact_url(&self.url))
+            .field("queue", &self.queue)
+            .field("prefetch", &self.prefetch)
+            .field("max_attempts", &self.max_attempts)
+            .field("retry_min", &self.retry_min)
+            .field("retry_max", &self.retry_max)
+            .field("declare", &self.declare)
+            .field("queue_dead_letter_exchange", &self.queue_dead_letter_exchange)
+            .field("reconnect_min", &self.reconnect_min)
+            .field("reconnect_max", &self.reconnect_max)
+            .field("shutdown_grace", &self.shutdown_grace)
+            .finish()
+    }
+}
+
+impl RabbitListenerConfig {
+    /// Consume `queue` on the broker at `url`, with prefetch 32, a failing handler retried after
+    /// 200 ms doubling up to 30 s and given up after 5 runs only when there is a dead-letter
+    /// exchange, no topology declaration (and so no known dead-letter exchange), reconnect backoff
+    /// from 100 ms doubling up to 10 s, 30 s shutdown grace.
+    pub fn new(url: impl Into<String>, queue: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            queue: queue.into(),
+            prefetch: DEFAULT_PREFETCH,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            retry_min: DEFAULT_RETRY_MIN,
+            retry_max: DEFAULT_RETRY_MAX,
+            declare: None,
+            queue_dead_letter_exchange: false,
+            reconnect_min: crate::config::DEFAULT_RECONNECT_MIN,
+            reconnect_max: crate::config::DEFAULT_RECONNECT_MAX,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            connection_name: "oncebox-rabbit listener".to_owned(),
+        }
+    }
+
+    /// Unacknowledged messages the broker may send ahead (`basic.qos`).
+    #[must_use]
+    pub fn with_prefetch(mut self, prefetch: u16) -> Self {
+        self.prefetch = prefetch;
+        self
+    }
+
+    /// Failed runs of a handler seen by this process (the first included, in-process retries and
+    /// redeliveries to this process together; a redelivery caused by a closed channel alone does not
+    /// count) before the message is rejected to the queue's dead-letter exchange. Without a
+    /// dead-letter exchange the message is not given up: it stays unacknowledged and is retried at
+    /// the backoff, each further failure logged at ERROR.
+    #[must_use]
+    pub fn with_max_attempts(mut self, max_attempts: u32) -> Self {
+        self.max_attempts = max_attempts;
+        self
+    }
+
+    /// Waits between runs of a failing handler: `min`, doubling per failed run, up to `max`
+    /// (at most [`MAX_RETRY_BACKOFF`]). The message is held unacknowledged meanwhile; handlers run
+    /// one at a time, so the messages behind it wait too, in order.
+    #[must_use]
+    pub fn with_retry_backoff(mut self, min: Duration, max: Duration) -> Self {
+        self.retry_min = min;
+        self.retry_max = max;
+        self
+    }
+
+    /// The queue, declared elsewhere, has a dead-letter exchange (an `x-dead-letter-exchange`
+    /// argument or a policy), so rejecting a message sends it there. Only then, or with a
+    /// [declared topology](Self::with_declare) that names a dead-letter exchange, does the listener
+    /// reject poison messages and messages whose attempts are used up; RabbitMQ would discard them
+    /// otherwise.
+    #[must_use]
+    pub fn with_queue_dead_letter_exchange(mut self) -> Self {
+        self.queue_dead_letter_exchange = true;
+        self
+    }
+
+    /// Declares `topology` (and the queue) on every (re)connection (`declare: true`).
+    #[must_use]
+    pub fn with_declare(mut self, topology: RabbitTopology) -> Self {
+        self.declare = Some(topology);
+        self
+    }
+
+    /// Backoff between reconnection attempts: `min`, doubling per failure, up to `max`.
+    #[must_use]
+    pub fn with_reconnect_backoff(mut self, min: Duration, max: Duration) -> Self {
+        self.reconnect_min = min;
+        self.reconnect_max = max;
+        self
+    }
+
+    /// How long [`RabbitListener::run`] waits, after shutdown was requested, for the delivery in
+    /// hand to be handled and settled (default 30 s).
+    #[must_use]
+    pub fn with_shutdown_grace(mut self, grace: Duration) -> Self {
+        self.shutdown_grace = grace;
+        self
+    }
+
+    /// The connection name shown by the broker.
+    #[must_use]
+    pub fn with_connection_name(mut self, name: impl Into<String>) -> Self {
+        self.connection_name = name.into();
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if !(self.url.starts_with("amqp://") || self.url.starts_with("amqps://")) {
+            return Err(Error::config("rabbit.listener.url", "must start with amqp:// or amqps://"));
+        }
+        crate::config::check_url("rabbit.listener.url", &self.url)?;
+        if self.queue.is_empty() || ShortString::try_new(self.queue.as_str()).is_err() {
+            return Err(Error::config("rabbit.listener.queue", "must be 1 to 255 bytes"));
+        }
+        if self.max_attempts == 0 {
+            return Err(Error::config("rabbit.listener.max-attempts", "must be at least 1"));
+        }
+        if self.retry_min.is_zero() || self.retry_min > self.retry_max {
+            return Err(Error::config(
+                "rabbit.listener.retry-backoff",
+                format!("min {:?} must be above zero and not above max {:?}", self.retry_min, self.retry_max),
+            ));
+        }
+        if self.retry_max > MAX_RETRY_BACKOFF {
+            return Err(Error::config(
+                "rabbit.listener.retry-backoff",
+                format!("max {:?} is longer than the limit {MAX_RETRY_BACKOFF:?}", self.retry_max),
+            ));
+        }
+        crate::config::check_reconnect_backoff(
+            "rabbit.listener.reconnect-backoff",
+            self.reconnect_min,
+            self.reconnect_max,
+        )?;
+        if self.shutdown_grace > MAX_SHUTDOWN_GRACE {
+            return Err(Error::config(
+                "rabbit.listener.shutdown-grace",
+                format!("{:?} is longer than the limit {MAX_SHUTDOWN_GRACE:?}", self.shutdown_grace),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether rejecting a message sends it to a dead-letter exchange rather than discarding it.
+    pub(crate) fn dead_letters(&self) -> bool {
+        self.queue_dead_letter_exchange
+            || self.declare.as_ref().is_some_and(|topology| topology.dead_letter_exchange.is_some())
+    }
+
+    pub(crate) fn reconnect_delay(&self, failures: u32) -> Duration {
+        doubling_delay(self.reconnect_min, self.reconnect_max, failures)
+    }
+
+    /// The wait before run `attempt + 1` after `attempt` failed runs.
+    pub(crate) fn retry_delay(&self, attempt: u32) -> Duration {
+        doubling_delay(self.retry_min, self.retry_max, attempt)
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -327,5 +568,73 @@ mod tests {
         let delays: Vec<Duration> = (0..5).map(|failures| config.reconnect_delay(failures)).collect();
         let expected = [0, 100, 200, 350, 350].map(Duration::from_millis);
         assert_eq!(delays, expected);
+    }
+
+    #[test]
+    fn config_debug_hides_the_password_and_validation_names_the_key() {
+        let config = RabbitListenerConfig::new("amqp://guest:s3cret@host/%2f", "billing");
+        assert!(!format!("{config:?}").contains("s3cret"));
+        let error = RabbitListenerConfig::new("amqp://host", "").validate().err().map(|e| e.to_string());
+        assert!(error.is_some_and(|text| text.contains("rabbit.listener.queue")));
+        let error = crate::RabbitListener::builder(config).build().err().map(|e| e.to_string());
+        assert!(error.is_some_and(|text| text.contains("no event type has a handler")));
+    }
+
+    fn listener_problem(config: &RabbitListenerConfig) -> String {
+        config
+            .validate()
+            .err()
+            .map(|error| error.to_string())
+            .unwrap_or_else(|| format!("accepted: {config:?}"))
+    }
+
+    #[test]
+    fn every_duration_is_bounded_naming_the_key() {
+        let base = || RabbitListenerConfig::new("amqp://guest:guest@host/%2f", "billing");
+        let (second, huge) = (Duration::from_secs(1), Duration::MAX);
+        let cases = [
+            (base().with_retry_backoff(second, huge), "rabbit.listener.retry-backoff"),
+            (base().with_retry_backoff(huge, huge), "rabbit.listener.retry-backoff"),
+            (
+                base().with_retry_backoff(MAX_RETRY_BACKOFF, MAX_RETRY_BACKOFF + second),
+                "rabbit.listener.retry-backoff",
+            ),
+            (base().with_retry_backoff(Duration::ZERO, second), "rabbit.listener.retry-backoff"),
+            (base().with_reconnect_backoff(second, huge), "rabbit.listener.reconnect-backoff"),
+            (base().with_reconnect_backoff(Duration::ZERO, second), "rabbit.listener.reconnect-backoff"),
+            (base().with_shutdown_grace(huge), "rabbit.listener.shutdown-grace"),
+            (base().with_max_attempts(0), "rabbit.listener.max-attempts"),
+        ];
+        for (config, key) in cases {
+            let text = listener_problem(&config);
+            assert!(text.contains(key), "{key}: {text}");
+        }
+        let longest = base()
+            .with_retry_backoff(MAX_RETRY_BACKOFF, MAX_RETRY_BACKOFF)
+            .with_reconnect_backoff(crate::MAX_RECONNECT_BACKOFF, crate::MAX_RECONNECT_BACKOFF)
+            .with_shutdown_grace(MAX_SHUTDOWN_GRACE);
+        assert!(longest.validate().is_ok(), "{longest:?}");
+        assert_eq!(longest.retry_delay(u32::MAX), MAX_RETRY_BACKOFF);
+        assert_eq!(longest.reconnect_delay(u32::MAX), crate::MAX_RECONNECT_BACKOFF);
+    }
+
+    #[test]
+    fn retry_delay_doubles_from_the_default_up_to_the_cap() {
+        let config = RabbitListenerConfig::new("amqp://host", "billing");
+        let delays: Vec<Duration> = (1..=10).map(|attempt| config.retry_delay(attempt)).collect();
+        let expected =
+            [200, 400, 800, 1600, 3200, 6400, 12_800, 25_600, 30_000, 30_000].map(Duration::from_millis);
+        assert_eq!(delays, expected);
+    }
+
+    #[test]
+    fn only_a_known_dead_letter_exchange_lets_the_listener_reject() {
+        let base = || RabbitListenerConfig::new("amqp://host", "billing");
+        assert!(!base().dead_letters(), "the default queue has no dead-letter exchange");
+        assert!(!base().with_declare(RabbitTopology::new("orders")).dead_letters());
+        assert!(
+            base().with_declare(RabbitTopology::new("orders").with_dead_letter("dlx", "dlq")).dead_letters()
+        );
+        assert!(base().with_queue_dead_letter_exchange().dead_letters());
     }
 }

@@ -40,17 +40,15 @@
 mod config;
 mod error;
 mod listener;
-
 mod sender;
 
 pub use config::{
-    DEFAULT_EMERGENCY_TIMEOUT, DEFAULT_RECONNECT_MAX, DEFAULT_RECONNECT_MIN, MAX_EMERGENCY_TIMEOUT,
-    MAX_RECONNECT_BACKOFF, RabbitSenderConfig, redact_url,
+    DEFAULT_EMERGENCY_TIMEOUT, DEFAULT_MAX_ATTEMPTS, DEFAULT_PREFETCH, DEFAULT_RECONNECT_MAX,
+    DEFAULT_RECONNECT_MIN, DEFAULT_RETRY_MAX, DEFAULT_RETRY_MIN, DEFAULT_SHUTDOWN_GRACE,
+    MAX_EMERGENCY_TIMEOUT, MAX_RECONNECT_BACKOFF, MAX_RETRY_BACKOFF, MAX_SHUTDOWN_GRACE,
+    RabbitListenerConfig, RabbitSenderConfig, RabbitTopology, redact_url,
 };
-
 pub use listener::{
-    DEFAULT_MAX_ATTEMPTS, DEFAULT_PREFETCH, DEFAULT_RETRY_MAX, DEFAULT_RETRY_MIN, DEFAULT_SHUTDOWN_GRACE,
-    ListenerOutcome, MAX_RETRY_BACKOFF, MAX_SHUTDOWN_GRACE, RabbitEvent, RabbitListener,
-    RabbitListenerBuilder, RabbitListenerConfig, RabbitSource, RabbitTopology, decode_delivery,
+    ListenerOutcome, RabbitEvent, RabbitListener, RabbitListenerBuilder, RabbitSource, decode_delivery,
 };
 pub use sender::RabbitSender;
