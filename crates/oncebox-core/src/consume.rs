@@ -157,6 +157,56 @@ fn decode_error(message: String) -> Error {
     Error::new(ErrorKind::Decode, message)
 }
 
+/// What a listener did with one message, for logs, metrics and tests (every transport reports the
+/// same kinds; `to` and `at` name places in the broker's terms).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// The handler ran and succeeded; the message was settled (acknowledged, or its offset
+    /// committed).
+    Applied {
+        /// Event id.
+        id: Uuid,
+    },
+    /// The inbox had the event already; the message was settled without running the effect.
+    Duplicate {
+        /// Event id.
+        id: Uuid,
+    },
+    /// The handler failed; nothing was settled and the message runs again after `retry_in`.
+    Retrying {
+        /// Event id.
+        id: Uuid,
+        /// Failed runs so far.
+        attempts: u32,
+        /// The wait before the next run.
+        retry_in: std::time::Duration,
+        /// The handler's error.
+        error: String,
+    },
+    /// A poison message was handed to the dead-letter destination `to` (a Kafka topic, a
+    /// RabbitMQ queue's dead-letter exchange), then settled.
+    DeadLettered {
+        /// Event id, when it could be decoded.
+        id: Option<Uuid>,
+        /// The dead-letter destination.
+        to: String,
+        /// Why the message is poison.
+        reason: String,
+    },
+    /// A poison message with nowhere to go: never settled, never discarded, held where it is (`at`:
+    /// a Kafka partition stopped at its offset, or a RabbitMQ message left unacknowledged) until
+    /// the listener restarts or the broker hands it out again.
+    Held {
+        /// Event id, when it could be decoded.
+        id: Option<Uuid>,
+        /// Where it is held.
+        at: String,
+        /// Why the message is poison.
+        reason: String,
+    },
+}
+
 /// How a handler failed: poison can never succeed (dead-letter it, or hold it), anything else
 /// runs again after a backoff.
 #[derive(Debug)]

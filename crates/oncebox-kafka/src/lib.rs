@@ -74,4 +74,5 @@ pub use listener::{
     HEADER_DEAD_LETTER_REASON, HEADER_DEAD_LETTER_SOURCE, KafkaEvent, KafkaListener, KafkaListenerBuilder,
     KafkaOutcome, KafkaSource, decode_record,
 };
+pub use oncebox_core::consume::Outcome;
 pub use sender::KafkaSender;

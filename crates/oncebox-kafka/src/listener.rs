@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use oncebox_core::consume::{EventHeaders, HandlerFailure, Handlers, Received};
+use oncebox_core::consume::{EventHeaders, HandlerFailure, Handlers, Outcome, Received};
 use oncebox_core::event::HEADER_EVENT_TYPE;
 use oncebox_core::{Consumed, Error, ErrorKind, Inbox, Result};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
@@ -66,54 +66,11 @@ pub struct KafkaSource {
     pub offset: i64,
 }
 
-/// What the listener did with one record, for logs, metrics and tests.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KafkaOutcome {
-    /// The handler ran and succeeded; the offset was committed.
-    Applied {
-        /// Event id.
-        id: Uuid,
-    },
-    /// The inbox had the event already; the offset was committed without running the effect.
-    Duplicate {
-        /// Event id.
-        id: Uuid,
-    },
-    /// The handler failed; the record runs again after `retry_in`, nothing was committed.
-    Retrying {
-        /// Event id.
-        id: Uuid,
-        /// Failed runs so far.
-        attempts: u32,
-        /// The wait before the next run.
-        retry_in: Duration,
-        /// The handler's error.
-        error: String,
-    },
-    /// A poison record was produced to the dead-letter topic, then its offset committed.
-    DeadLettered {
-        /// Event id, when it could be decoded.
-        id: Option<Uuid>,
-        /// The dead-letter topic.
-        topic: String,
-        /// Why the record is poison.
-        reason: String,
-    },
-    /// A poison record stopped its partition: nothing after it is consumed or committed until the
-    /// listener restarts or the group rebalances.
-    PartitionStopped {
-        /// Event id, when it could be decoded.
-        id: Option<Uuid>,
-        /// Topic of the record.
-        topic: String,
-        /// Partition that stopped.
-        partition: i32,
-        /// Offset of the poison record.
-        offset: i64,
-        /// Why the record is poison.
-        reason: String,
-    },
-}
+/// What the listener did with one record: the [`Outcome`] every transport reports. A poison record
+/// without a dead-letter topic is [`Outcome::Held`] at `topic/partition@offset`: its partition
+/// stops there (nothing after it is consumed or committed) until the listener restarts or the
+/// group rebalances.
+pub type KafkaOutcome = Outcome;
 
 /// Builds a [`KafkaListener`]: one typed handler per event type.
 pub struct KafkaListenerBuilder {
@@ -569,9 +526,9 @@ impl KafkaListener {
             Ok(consumed) => {
                 self.commit(consumer, record);
                 self.report(if consumed.is_applied() {
-                    KafkaOutcome::Applied { id }
+                    Outcome::Applied { id }
                 } else {
-                    KafkaOutcome::Duplicate { id }
+                    Outcome::Duplicate { id }
                 });
                 Settled::Committed
             }
@@ -586,7 +543,7 @@ impl KafkaListener {
                 }
                 let retry_in = self.config.retry_delay(attempts);
                 tracing::warn!(%id, attempts, ?retry_in, %error, "handler failed; the record runs again after a pause");
-                self.report(KafkaOutcome::Retrying { id, attempts, retry_in, error: error.to_string() });
+                self.report(Outcome::Retrying { id, attempts, retry_in, error: error.to_string() });
                 Settled::Wait { attempts, retry_at: Some(Instant::now() + retry_in) }
             }
         }
@@ -619,13 +576,13 @@ impl KafkaListener {
         let (Some(producer), Some(dead_letter_topic)) = (&self.dead_letters, &self.config.dead_letter_topic)
         else {
             tracing::error!(%topic, partition, offset, "no dead-letter topic: the partition stops at the poison record");
-            self.report(KafkaOutcome::PartitionStopped { id, topic, partition, offset, reason });
+            self.report(Outcome::Held { id, at: format!("{topic}/{partition}@{offset}"), reason });
             return Settled::Wait { attempts, retry_at: None };
         };
         match self.dead_letter(producer, dead_letter_topic, record, &reason).await {
             Ok(()) => {
                 self.commit(consumer, record);
-                self.report(KafkaOutcome::DeadLettered { id, topic: dead_letter_topic.clone(), reason });
+                self.report(Outcome::DeadLettered { id, to: dead_letter_topic.clone(), reason });
                 Settled::Committed
             }
             Err(error) => {

@@ -389,9 +389,7 @@ async fn poison_records_go_to_the_dead_letter_topic(harness: Arc<Harness>) -> Te
     let mut reasons = Vec::new();
     for _ in 0..3 {
         match fixture.next_outcome().await? {
-            KafkaOutcome::DeadLettered { topic, reason, .. } if topic == dead_letter_topic => {
-                reasons.push(reason)
-            }
+            KafkaOutcome::DeadLettered { to, reason, .. } if to == dead_letter_topic => reasons.push(reason),
             other => return Err(fail(format!("a poison record was not dead-lettered: {other:?}"))),
         }
     }
@@ -428,7 +426,7 @@ async fn a_poison_record_without_a_dead_letter_topic_stops_its_partition(
     let sender = fixture.sender()?;
     let good = produce_poison_then_good(&fixture, &sender).await?;
     match fixture.next_outcome().await? {
-        KafkaOutcome::PartitionStopped { id: None, partition: 0, offset: 0, reason, .. } => {
+        KafkaOutcome::Held { id: None, at, reason } if at == format!("{}/0@0", fixture.topic) => {
             assert!(reason.contains(HEADER_EVENT_ID), "{reason}");
         }
         other => return Err(fail(format!("the partition did not stop at the poison record: {other:?}"))),
@@ -600,8 +598,9 @@ async fn a_partition_that_came_back_keeps_the_offset_its_other_owner_committed(
     .map_err(fail)?;
     loop {
         match fixture.next_outcome().await? {
-            KafkaOutcome::PartitionStopped { partition, offset, .. } if partition == moved => {
-                assert_eq!(offset, owner_position, "the first member resumed at the other owner's offset");
+            KafkaOutcome::Held { at, .. } if at.starts_with(&format!("{}/{moved}@", fixture.topic)) => {
+                let resumed = format!("{}/{moved}@{owner_position}", fixture.topic);
+                assert_eq!(at, resumed, "the first member resumed at the other owner's offset");
                 break;
             }
             KafkaOutcome::Applied { .. } | KafkaOutcome::Duplicate { .. } => {}

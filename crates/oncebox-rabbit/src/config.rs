@@ -381,6 +381,15 @@ impl RabbitListenerConfig {
         Ok(())
     }
 
+    /// Where a rejected message goes, for reports: the declared dead-letter exchange, else the
+    /// one the queue was declared with elsewhere.
+    pub(crate) fn dead_letter_destination(&self) -> String {
+        match self.declare.as_ref().and_then(|topology| topology.dead_letter_exchange.as_deref()) {
+            Some(exchange) => format!("exchange '{exchange}'"),
+            None => format!("the dead-letter exchange of queue '{}'", self.queue),
+        }
+    }
+
     /// Whether rejecting a message sends it to a dead-letter exchange rather than discarding it.
     pub(crate) fn dead_letters(&self) -> bool {
         self.queue_dead_letter_exchange

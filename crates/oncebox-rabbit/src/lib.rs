@@ -51,4 +51,5 @@ pub use config::{
 pub use listener::{
     ListenerOutcome, RabbitEvent, RabbitListener, RabbitListenerBuilder, RabbitSource, decode_delivery,
 };
+pub use oncebox_core::consume::Outcome;
 pub use sender::RabbitSender;

@@ -15,7 +15,7 @@
 //! * poison (missing or malformed `oncebox_event_id`, no handler for the event type, a payload the
 //!   handler's type cannot decode) → `basic.reject` without requeue at once when the queue has a
 //!   dead-letter exchange; otherwise the message is **held**: left unacknowledged, logged at ERROR,
-//!   reported as [`ListenerOutcome::Held`], and the listener moves on to the next message. A held
+//!   reported as [`Outcome::Held`], and the listener moves on to the next message. A held
 //!   message occupies a prefetch slot until the channel closes (a reconnect, a stop, or RabbitMQ's
 //!   `consumer_timeout`), when RabbitMQ delivers it again; once every slot holds one the listener
 //!   receives nothing more, so a queue that can receive poison needs a dead-letter exchange.
@@ -40,7 +40,7 @@ use lapin::options::{
 };
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{Connection, ConnectionProperties, ExchangeKind};
-use oncebox_core::consume::{EventHeaders, HandlerFailure, Handlers, Received};
+use oncebox_core::consume::{EventHeaders, HandlerFailure, Handlers, Outcome, Received};
 use oncebox_core::{Consumed, Error, ErrorKind, Inbox, Result};
 use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, watch};
@@ -78,51 +78,15 @@ pub struct RabbitSource {
     pub redelivered: bool,
 }
 
-/// What the listener did with one delivery, for logs, metrics and tests.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ListenerOutcome {
-    /// The handler ran and succeeded; the message was acknowledged.
-    Applied {
-        /// Event id.
-        id: Uuid,
-    },
-    /// The inbox had the event already; the message was acknowledged without running the effect.
-    Duplicate {
-        /// Event id.
-        id: Uuid,
-    },
-    /// The handler failed; the listener holds the message unacknowledged and runs the handler
-    /// again after `retry_in`. `attempts` beyond the maximum mean the queue has no dead-letter
-    /// exchange, so the message is retried rather than discarded.
-    Retrying {
-        /// Event id.
-        id: Uuid,
-        /// Failed runs in this process so far (earlier deliveries to it included).
-        attempts: u32,
-        /// The wait before the next run.
-        retry_in: Duration,
-        /// The handler's error.
-        error: String,
-    },
-    /// Rejected without requeue to the queue's dead-letter exchange.
-    Rejected {
-        /// Event id, when it could be decoded.
-        id: Option<Uuid>,
-        /// Why.
-        reason: String,
-    },
-    /// A poison message on a queue without a dead-letter exchange: left unacknowledged (never
-    /// discarded) and logged at ERROR; the listener goes on with the next messages. It occupies a
-    /// prefetch slot until the channel closes, when RabbitMQ delivers it again; when every slot
-    /// holds one the listener receives nothing more until then.
-    Held {
-        /// Event id, when it could be decoded.
-        id: Option<Uuid>,
-        /// Why it cannot be handled.
-        reason: String,
-    },
-}
+/// What the listener did with one delivery: the [`Outcome`] every transport reports. A poison
+/// message is [`Outcome::DeadLettered`] to the queue's dead-letter exchange (rejected without
+/// requeue) when it has one; otherwise [`Outcome::Held`]: left unacknowledged (never discarded)
+/// and logged at ERROR while the listener goes on with the next messages. A held message occupies
+/// a prefetch slot until the channel closes, when RabbitMQ delivers it again; when every slot
+/// holds one the listener receives nothing more until then. `Retrying` attempts beyond the
+/// maximum mean the queue has no dead-letter exchange, so the message is retried rather than
+/// discarded.
+pub type ListenerOutcome = Outcome;
 
 /// What became of one delivery.
 enum Processed {
@@ -610,9 +574,9 @@ impl RabbitListener {
                     }
                     self.settled(id);
                     self.report(if consumed.is_applied() {
-                        ListenerOutcome::Applied { id }
+                        Outcome::Applied { id }
                     } else {
-                        ListenerOutcome::Duplicate { id }
+                        Outcome::Duplicate { id }
                     });
                     return Ok(Processed::Settled);
                 }
@@ -634,12 +598,7 @@ impl RabbitListener {
             } else {
                 tracing::warn!(event_id = %id, attempts = attempt, ?retry_in, %error, "handler failed; the message runs again after a pause");
             }
-            self.report(ListenerOutcome::Retrying {
-                id,
-                attempts: attempt,
-                retry_in,
-                error: error.to_string(),
-            });
+            self.report(Outcome::Retrying { id, attempts: attempt, retry_in, error: error.to_string() });
             tokio::select! {
                 biased;
                 _ = stopping.wait_for(|stop| *stop) => return Ok(Processed::Stopping),
@@ -668,7 +627,11 @@ impl RabbitListener {
                 event_id = ?id, routing_key = %delivery.routing_key, error = %reason,
                 "a message cannot be handled and the queue has no dead-letter exchange: it stays unacknowledged, never discarded, and occupies a prefetch slot until the channel closes; give the queue a dead-letter exchange so such messages leave it"
             );
-            self.report(ListenerOutcome::Held { id, reason: reason.to_string() });
+            self.report(Outcome::Held {
+                id,
+                at: format!("queue '{}'", self.config.queue),
+                reason: reason.to_string(),
+            });
             return Ok(Processed::Held(Box::new(delivery)));
         }
         tracing::error!(
@@ -690,7 +653,11 @@ impl RabbitListener {
         if let Some(id) = id {
             self.settled(id);
         }
-        self.report(ListenerOutcome::Rejected { id, reason: reason.to_string() });
+        self.report(Outcome::DeadLettered {
+            id,
+            to: self.config.dead_letter_destination(),
+            reason: reason.to_string(),
+        });
         Ok(Processed::Settled)
     }
 }

@@ -64,7 +64,7 @@ async fn a_poison_message_is_rejected_to_the_dead_letter_exchange(
     fixture.publish_raw(FieldTable::default(), b"{\"index\":4}").await?;
     let outcome = fixture.next_outcome().await?;
     match &outcome {
-        ListenerOutcome::Rejected { id: None, reason } => {
+        ListenerOutcome::DeadLettered { id: None, reason, .. } => {
             assert!(reason.contains("decode error") && reason.contains("oncebox_event_id"), "{reason}");
         }
         other => return Err(fail(format!("a message without an event id was not rejected: {other:?}"))),
@@ -77,7 +77,7 @@ async fn a_poison_message_is_rejected_to_the_dead_letter_exchange(
     fixture.publish_raw(malformed, b"{\"index\":5}").await?;
     let outcome = fixture.next_outcome().await?;
     assert!(
-        matches!(&outcome, ListenerOutcome::Rejected { id: None, reason } if reason.contains("not-a-uuid")),
+        matches!(&outcome, ListenerOutcome::DeadLettered { id: None, reason, .. } if reason.contains("not-a-uuid")),
         "{outcome:?}"
     );
     assert!(fixture.dead_lettered().await?.is_some(), "the malformed message never reached the DLX");
@@ -87,7 +87,7 @@ async fn a_poison_message_is_rejected_to_the_dead_letter_exchange(
     fixture.deliver(&sender, &undecodable).await?;
     let outcome = fixture.next_outcome().await?;
     assert!(
-        matches!(&outcome, ListenerOutcome::Rejected { id: Some(id), .. } if *id == undecodable.id),
+        matches!(&outcome, ListenerOutcome::DeadLettered { id: Some(id), .. } if *id == undecodable.id),
         "{outcome:?}"
     );
     assert!(fixture.dead_lettered().await?.is_some(), "the undecodable message never reached the DLX");
@@ -113,7 +113,7 @@ async fn an_effect_that_keeps_failing_is_dead_lettered_after_max_attempts(
     }
     let outcome = fixture.next_outcome().await?;
     assert!(
-        matches!(&outcome, ListenerOutcome::Rejected { id: Some(id), .. } if *id == message.id),
+        matches!(&outcome, ListenerOutcome::DeadLettered { id: Some(id), .. } if *id == message.id),
         "{outcome:?}"
     );
     let dead =
@@ -139,7 +139,7 @@ async fn a_brief_outage_does_not_lose_the_message_under_default_settings(
     loop {
         match fixture.next_outcome().await? {
             ListenerOutcome::Applied { id } if id == message.id => break,
-            ListenerOutcome::Rejected { id, reason } => {
+            ListenerOutcome::DeadLettered { id, reason, .. } => {
                 return Err(fail(format!(
                     "event {id:?} was rejected without a dead-letter exchange, so RabbitMQ discarded it: {reason}"
                 )));
@@ -183,7 +183,7 @@ async fn a_message_that_keeps_failing_without_a_dead_letter_exchange_is_not_disc
     loop {
         match fixture.next_outcome().await? {
             ListenerOutcome::Retrying { id, attempts, .. } if id == message.id && attempts >= 4 => break,
-            ListenerOutcome::Rejected { id, reason } => {
+            ListenerOutcome::DeadLettered { id, reason, .. } => {
                 return Err(fail(format!(
                     "event {id:?} was rejected without a dead-letter exchange, so RabbitMQ discarded it: {reason}"
                 )));
@@ -212,7 +212,7 @@ async fn a_poison_message_without_a_dead_letter_exchange_is_held_not_discarded(
         Fixture::start_with(&harness, effect.clone(), Setup::plain_queue()).await.map_err(fail)?;
     fixture.publish_raw(FieldTable::default(), b"{\"index\":10}").await?;
     match fixture.next_outcome().await? {
-        ListenerOutcome::Rejected { reason, .. } => {
+        ListenerOutcome::DeadLettered { reason, .. } => {
             return Err(fail(format!(
                 "a poison message was rejected without a dead-letter exchange, so RabbitMQ discarded it: {reason}"
             )));
