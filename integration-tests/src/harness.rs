@@ -57,8 +57,11 @@ pub struct Profile {
     pub name: &'static str,
     /// How long the publisher commits; the faults fall inside this window.
     pub window: Duration,
-    /// Business transactions started per second (each fourth publishes two events).
+    /// Business transactions started per second (each fourth publishes two events), by all
+    /// publishers together.
     pub transactions_per_second: u32,
+    /// Publisher tasks sharing the rate, each committing one transaction at a time.
+    pub publishers: u32,
     /// SIGKILLs of a relay, each followed by a restart.
     pub relay_kills: u64,
     /// SIGKILLs of a consumer, each followed by a restart.
@@ -79,6 +82,7 @@ pub const SMOKE: Profile = Profile {
     name: "smoke",
     window: Duration::from_secs(30),
     transactions_per_second: 80,
+    publishers: 1,
     relay_kills: 4,
     consumer_kills: 2,
     relay_stops: 2,
@@ -92,6 +96,7 @@ pub const QUICK: Profile = Profile {
     name: "quick",
     window: Duration::from_secs(80),
     transactions_per_second: 200,
+    publishers: 2,
     relay_kills: 6,
     consumer_kills: 2,
     relay_stops: 1,
@@ -103,8 +108,9 @@ pub const QUICK: Profile = Profile {
 /// The documented long run: about 100,000 events per pair, 20 relay kills, 3 broker restarts.
 pub const FULL: Profile = Profile {
     name: "full",
-    window: Duration::from_secs(200),
+    window: Duration::from_secs(300),
     transactions_per_second: 400,
+    publishers: 4,
     relay_kills: 20,
     consumer_kills: 4,
     relay_stops: 2,
@@ -822,7 +828,24 @@ struct Published {
     last_error: Option<String>,
 }
 
+/// One of a run's publishers: its order numbers are those equal to `index` modulo `of`, so no two
+/// publishers place the same order.
+#[derive(Debug, Clone, Copy)]
+struct Lane {
+    index: u32,
+    of: u32,
+}
+
 impl Published {
+    /// Adds what another publisher did.
+    fn merge(&mut self, other: Published) {
+        self.committed.extend(other.committed);
+        self.rolled_back.extend(other.rolled_back);
+        self.in_doubt.extend(other.in_doubt);
+        self.failed += other.failed;
+        self.last_error = other.last_error.or(self.last_error.take());
+    }
+
     /// Settles the transactions in doubt by the business table: one whose order rows are
     /// `present` committed (its events join the committed ones), any other rolled back. Returns
     /// how many committed.
@@ -876,17 +899,24 @@ async fn drive<S: Store, T: Transport>(
     transport.await_listener(names).await?;
     fleet.check_alive()?;
 
-    // The publisher, in this process, on its own pool.
+    // The publishers, in this process, on their own pool; each takes its share of the rate.
     let mut publishing = store.open().await?;
     publishing.use_tables(&names.outbox_tables()?);
     let publisher: crate::store::StorePublisher<S> =
         Publisher::new(Arc::new(publishing.writer()), [EVENT_TYPE.to_owned()]);
-    let publisher_names = names.clone();
-    let (window, rate) = (profile.window, profile.transactions_per_second);
-    let publisher_task =
-        tokio::spawn(
-            async move { publish::<S>(&publishing, &publisher, &publisher_names, window, rate).await },
-        );
+    let shared = Arc::new((publishing, publisher, names.clone()));
+    let lanes = profile.publishers.max(1);
+    let rate = (profile.transactions_per_second / lanes).max(1);
+    let publisher_tasks: Vec<_> = (0..lanes)
+        .map(|lane| {
+            let (shared, window) = (Arc::clone(&shared), profile.window);
+            tokio::spawn(async move {
+                let (publishing, publisher, names) = &*shared;
+                publish::<S>(publishing, publisher, names, window, rate, Lane { index: lane, of: lanes })
+                    .await
+            })
+        })
+        .collect();
 
     // The faults, on the publisher's clock.
     let plan =
@@ -897,7 +927,10 @@ async fn drive<S: Store, T: Transport>(
         fleet.check_alive()?;
         servers.apply(action, fleet).await?;
     }
-    let mut published = publisher_task.await.map_err(|error| plumbing("the publisher task", error))?;
+    let mut published = Published::default();
+    for task in publisher_tasks {
+        published.merge(task.await.map_err(|error| plumbing("a publisher task", error))?);
+    }
     fleet.check_alive()?;
     if published.committed.is_empty() {
         return Err(plumbing(
@@ -1020,7 +1053,7 @@ where
     }
 }
 
-/// The publisher: business transactions at `rate` per second for `window`; every fifth rolls
+/// One publisher: business transactions at `rate` per second for `window` (orders of its `lane`); every fifth rolls
 /// back, every fourth publishes two events with `publish_all`. A transaction that fails (the
 /// database restarting) is counted and the next one tried at its tick; a commit whose answer
 /// was lost is kept in doubt for the business table to settle.
@@ -1030,6 +1063,7 @@ async fn publish<S: Store>(
     names: &Names,
     window: Duration,
     rate: u32,
+    lane: Lane,
 ) -> Published {
     let mut ticker = tokio::time::interval(Duration::from_secs(1) / rate.max(1));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -1039,9 +1073,9 @@ async fn publish<S: Store>(
     while tokio::time::Instant::now() < end {
         ticker.tick().await;
         let size = if transaction % 4 == 3 { 2 } else { 1 };
-        let orders: Vec<Order> = (transaction * 10..transaction * 10 + size)
-            .map(|order| Order { order, total_cents: 1_000 + order % 997 })
-            .collect();
+        let first = (transaction * i64::from(lane.of) + i64::from(lane.index)) * 10;
+        let orders: Vec<Order> =
+            (first..first + size).map(|order| Order { order, total_cents: 1_000 + order % 997 }).collect();
         let commit = transaction % 5 != 4;
         match S::place(dialect, publisher, names, EVENT_TYPE, &orders, commit).await {
             Placed::Committed(ids) => published.committed.extend(ids.into_iter().zip(orders)),

@@ -169,15 +169,15 @@ impl PrivatePostgres {
     /// The last `lines` lines of the server log, for a report that has to say why the server did
     /// what it did.
     pub fn log_tail(&self, lines: usize) -> String {
-        tail_of_file(&self.log_path(), lines)
+        tail_of_file(&self.directory.server_log(), lines)
     }
 
     fn data(&self) -> PathBuf {
-        self.directory().join("data")
+        self.directory.data()
     }
 
     fn log_path(&self) -> PathBuf {
-        self.directory().join("server.log")
+        self.directory.server_log()
     }
 
     /// A command running the PostgreSQL tool `name`, as the `postgres` user when we are root.
@@ -397,7 +397,7 @@ impl PrivateMariadb {
             run(chown, DATABASE_COMMAND_LIMIT).await.map_err(|failure| plumbing(&context, failure))?;
         }
         let mut install = tokio::process::Command::new("mariadb-install-db");
-        install.arg("--no-defaults").arg(format!("--datadir={}", server.data().display()));
+        install.arg("--no-defaults").arg(format!("--datadir={}", server.directory.data().display()));
         install.arg("--auth-root-authentication-method=normal");
         if as_mysql_user {
             install.arg("--user=mysql");
@@ -425,12 +425,12 @@ impl PrivateMariadb {
         let mut command = std::process::Command::new("mariadbd");
         command
             .arg("--no-defaults")
-            .arg(format!("--datadir={}", self.data().display()))
+            .arg(format!("--datadir={}", self.directory.data().display()))
             .arg(format!("--port={}", self.port))
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--socket={}", directory.join("mariadbd.sock").display()))
             .arg(format!("--pid-file={}", directory.join("mariadbd.pid").display()))
-            .arg(format!("--log-error={}", self.log_path().display()))
+            .arg(format!("--log-error={}", self.directory.server_log().display()))
             .args(["--skip-log-bin", "--max-connections=300", "--innodb-buffer-pool-size=128M"]);
         if self.as_mysql_user {
             command.arg("--user=mysql");
@@ -439,7 +439,7 @@ impl PrivateMariadb {
         let child =
             command.spawn().map_err(|error| plumbing(&context, format!("cannot run mariadbd: {error}")))?;
         let child = self.child.insert(child);
-        wait_until_listening(child, &directory.join("server.log"), self.port, &context).await
+        wait_until_listening(child, &self.directory.server_log(), self.port, &context).await
     }
 
     /// Kills the server with SIGKILL, as a crash would, and reaps it. Stopping a stopped server does
@@ -465,11 +465,6 @@ impl PrivateMariadb {
         format!("mysql://root@127.0.0.1:{}/test", self.port)
     }
 
-    /// The TCP port on 127.0.0.1.
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
     /// The temporary directory holding the data directory (`data`), the server log (`server.log`)
     /// and the socket; it is removed on drop.
     pub fn directory(&self) -> &Path {
@@ -478,15 +473,7 @@ impl PrivateMariadb {
 
     /// The last `lines` lines of the server log.
     pub fn log_tail(&self, lines: usize) -> String {
-        tail_of_file(&self.log_path(), lines)
-    }
-
-    fn data(&self) -> PathBuf {
-        self.directory().join("data")
-    }
-
-    fn log_path(&self) -> PathBuf {
-        self.directory().join("server.log")
+        tail_of_file(&self.directory.server_log(), lines)
     }
 }
 
@@ -643,6 +630,18 @@ impl TempDirectory {
             &format!("creating a temporary directory under {}", base.display()),
             "16 random names were all taken",
         ))
+    }
+}
+
+impl TempDirectory {
+    /// Where a database server keeps its data, inside the directory.
+    fn data(&self) -> PathBuf {
+        self.path.join("data")
+    }
+
+    /// Where a server writes its log, inside the directory.
+    fn server_log(&self) -> PathBuf {
+        self.path.join("server.log")
     }
 }
 

@@ -29,54 +29,43 @@ async fn created<S>(
     }
 }
 
+/// Creates the server with `$create`, commits a row over `$connection`, crashes the server with
+/// `stop_immediately`, checks that it refuses connections, starts it again and finds the row;
+/// then drops the handle and checks its directory is gone. A macro because the two servers'
+/// handles and connection types share no trait.
+macro_rules! crash_keeps_a_committed_row {
+    ($what:literal, $create:expr, $connection:ty) => {{
+        let Some(mut server) = created($what, $create).await? else {
+            return Ok(());
+        };
+        let url = server.url();
+        let mut connection = <$connection>::connect(&url).await?;
+        sqlx::query("CREATE TABLE kept (id INT PRIMARY KEY)").execute(&mut connection).await?;
+        sqlx::query("INSERT INTO kept (id) VALUES (7)").execute(&mut connection).await?;
+        drop(connection);
+
+        server.stop_immediately().await?;
+        assert!(<$connection>::connect(&url).await.is_err(), "a crashed {} still accepts connections", $what);
+        server.start().await?;
+
+        let mut connection = <$connection>::connect(&url).await?;
+        let ids: Vec<i32> = sqlx::query_scalar("SELECT id FROM kept").fetch_all(&mut connection).await?;
+        assert_eq!(ids, [7], "the committed row after the crash and restart");
+        drop(connection);
+
+        let directory: PathBuf = server.directory().to_owned();
+        drop(server);
+        assert!(!directory.exists(), "{} is left behind", directory.display());
+        Ok(())
+    }};
+}
+
 #[tokio::test]
 async fn a_private_mariadb_keeps_a_committed_row_across_a_kill() -> TestResult {
-    let Some(mut server) = created("MariaDB server", PrivateMariadb::create()).await? else {
-        return Ok(());
-    };
-    let url = server.url();
-    let mut connection = MySqlConnection::connect(&url).await?;
-    sqlx::query("CREATE TABLE kept (id INT PRIMARY KEY) ENGINE=InnoDB").execute(&mut connection).await?;
-    sqlx::query("INSERT INTO kept (id) VALUES (7)").execute(&mut connection).await?;
-    drop(connection);
-
-    server.stop_immediately().await?;
-    assert!(MySqlConnection::connect(&url).await.is_err(), "a killed server still accepts connections");
-    server.start().await?;
-
-    let mut connection = MySqlConnection::connect(&url).await?;
-    let ids: Vec<i32> = sqlx::query_scalar("SELECT id FROM kept").fetch_all(&mut connection).await?;
-    assert_eq!(ids, [7], "the committed row after the crash and restart");
-    drop(connection);
-
-    let directory: PathBuf = server.directory().to_owned();
-    drop(server);
-    assert!(!directory.exists(), "{} is left behind", directory.display());
-    Ok(())
+    crash_keeps_a_committed_row!("MariaDB server", PrivateMariadb::create(), MySqlConnection)
 }
 
 #[tokio::test]
 async fn a_private_postgres_keeps_a_committed_row_across_an_immediate_stop() -> TestResult {
-    let Some(mut cluster) = created("PostgreSQL cluster", PrivatePostgres::create()).await? else {
-        return Ok(());
-    };
-    let url = cluster.url();
-    let mut connection = PgConnection::connect(&url).await?;
-    sqlx::query("CREATE TABLE kept (id INT PRIMARY KEY)").execute(&mut connection).await?;
-    sqlx::query("INSERT INTO kept (id) VALUES (7)").execute(&mut connection).await?;
-    drop(connection);
-
-    cluster.stop_immediately().await?;
-    assert!(PgConnection::connect(&url).await.is_err(), "a stopped cluster still accepts connections");
-    cluster.start().await?;
-
-    let mut connection = PgConnection::connect(&url).await?;
-    let ids: Vec<i32> = sqlx::query_scalar("SELECT id FROM kept").fetch_all(&mut connection).await?;
-    assert_eq!(ids, [7], "the committed row after the crash and restart");
-    drop(connection);
-
-    let directory: PathBuf = cluster.directory().to_owned();
-    drop(cluster);
-    assert!(!directory.exists(), "{} is left behind", directory.display());
-    Ok(())
+    crash_keeps_a_committed_row!("PostgreSQL cluster", PrivatePostgres::create(), PgConnection)
 }
