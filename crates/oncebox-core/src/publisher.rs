@@ -205,7 +205,7 @@ mod tests {
         let mut tx = Vec::new();
         let meta = EventMeta::keyed("customer-7").header("traceparent", "00-1-2-01");
         let id = publisher().publish_with(&mut tx, "order-created", &OrderCreated { id: 1 }, meta).await;
-        let id = id.unwrap_or_else(|e| panic!("{e}"));
+        let id = id.expect("publishing succeeds");
         assert_eq!(tx.len(), 1);
         assert_eq!(tx[0].id, id);
         assert_eq!(tx[0].payload, r#"{"id":1}"#);
@@ -230,7 +230,7 @@ mod tests {
         let ids = publisher()
             .publish_all(&mut tx, "order-created", &[OrderCreated { id: 1 }, OrderCreated { id: 2 }])
             .await
-            .unwrap_or_else(|e| panic!("{e}"));
+            .expect("publishing succeeds");
         assert_eq!(ids, tx.iter().map(|e| e.id).collect::<Vec<_>>());
         assert!(ids[0] < ids[1], "v7 ids keep publish order");
 

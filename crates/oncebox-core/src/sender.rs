@@ -82,7 +82,7 @@ mod tests {
         assert_eq!(results.len(), 3);
         assert!(results[0].is_ok());
         let timed_out = results[1].as_ref().err().map(|e| (e.is_temporary(), e.kind(), e.to_string()));
-        let (temporary, kind, text) = timed_out.unwrap_or_else(|| panic!("message 2 must fail"));
+        let (temporary, kind, text) = timed_out.expect("message 2 must fail");
         assert!(temporary);
         assert_eq!(kind, ErrorKind::Timeout);
         assert!(text.contains(&batch[1].id.to_string()) && text.contains("5s"), "{text}");

@@ -22,8 +22,8 @@ fn assert_names(message: &str, key: &str) {
 
 #[test]
 fn defaults_follow_the_seed_except_the_event_initial_delay() {
-    let config = Config::from_yaml_str(&with_event("")).unwrap_or_else(|e| panic!("{e}"));
-    let outbox = config.outbox.as_ref().unwrap_or_else(|| panic!("outbox"));
+    let config = Config::from_yaml_str(&with_event("")).expect("the test config is valid");
+    let outbox = config.outbox.as_ref().expect("outbox");
     let event = &outbox.events["order-created"];
     assert_eq!(event.batch_size, 200);
     assert_eq!(event.max_retries, 3);
@@ -78,8 +78,8 @@ oncebox:
           fixed-delay: 250ms
 "#,
     )
-    .unwrap_or_else(|e| panic!("{e}"));
-    let events = &config.outbox.as_ref().unwrap_or_else(|| panic!("outbox")).events;
+    .expect("the test config is valid");
+    let events = &config.outbox.as_ref().expect("outbox").events;
     assert_eq!(events["inherits"].batch_size, 50);
     assert_eq!(events["inherits"].max_retries, 5);
     assert_eq!(events["inherits"].backoff.delay, Duration::from_secs(2));
@@ -106,7 +106,7 @@ fn older_publisher_and_consumer_spellings_are_accepted() {
     let config = Config::from_yaml_str(
         "oncebox:\n  publisher:\n    events:\n      e:\n        topic: t\n  consumer:\n    clean-up:\n      ttl: 2h\n",
     )
-    .unwrap_or_else(|e| panic!("{e}"));
+    .expect("publishing succeeds");
     assert!(config.outbox.is_some());
     assert_eq!(config.inbox.and_then(|i| i.clean_up).map(|c| c.ttl), Some(Duration::from_secs(7200)));
 }
@@ -127,8 +127,8 @@ fixed-delay = "1s"
 ttl = "10m"
 "#,
     )
-    .unwrap_or_else(|e| panic!("{e}"));
-    let event = config.event("order-created").unwrap_or_else(|e| panic!("{e}"));
+    .expect("the test config is valid");
+    let event = config.event("order-created").expect("the event type is configured");
     assert_eq!(event.batch_size, 10);
     assert_eq!(
         event.polling,
@@ -166,7 +166,7 @@ fn transport_blocks_share_the_file_and_typos_elsewhere_are_still_rejected() {
   rabbitmq:
     url: amqp://127.0.0.1:5672
 ";
-    let config = Config::from_yaml_str(yaml).unwrap_or_else(|e| panic!("{e}"));
+    let config = Config::from_yaml_str(yaml).expect("the test config is valid");
     assert!(config.event("e").is_ok());
     let toml = "[oncebox.outbox.events.e]\ntopic = \"t\"\n\n[oncebox.kafka]\nbootstrap-servers = \"h:9092\"\n\n[oncebox.kafka.producer]\n\"linger.ms\" = \"5\"\n";
     assert!(Config::from_toml_str(toml).is_ok(), "{:?}", Config::from_toml_str(toml).err());
@@ -264,7 +264,7 @@ fn max_recoveries_is_at_least_one() {
     assert_names(&message, "oncebox.outbox.stuck-recovery.max-recoveries");
     let config =
         Config::from_yaml_str(&format!("{}    stuck-recovery:\n      max-recoveries: 2\n", with_event("")))
-            .unwrap_or_else(|e| panic!("{e}"));
+            .expect("the test config is valid");
     assert_eq!(config.outbox.map(|outbox| outbox.stuck_recovery.max_recoveries), Some(2));
 }
 
@@ -283,8 +283,8 @@ fn dlq_jobs_inherit_from_the_dlq_block() {
         "{}    dlq:\n      enabled: true\n      batch-size: 50\n      polling:\n        min-fixed-delay: 3s\n      transfer-from:\n        batch-size: 1000\n",
         with_event("")
     ))
-    .unwrap_or_else(|e| panic!("{e}"));
-    let dlq = config.outbox.and_then(|o| o.dlq).unwrap_or_else(|| panic!("dlq"));
+    .expect("the test config is valid");
+    let dlq = config.outbox.and_then(|o| o.dlq).expect("dlq");
     assert_eq!(dlq.transfer_to.batch_size, 50);
     assert_eq!(dlq.transfer_from.batch_size, 1000);
     assert!(matches!(dlq.transfer_to.polling, Polling::Adaptive { min_delay, multiplier, .. }
@@ -305,7 +305,7 @@ fn the_builder_validates_like_a_file() {
         .event("e", EventSettings::new("t").max_retries(1))
         .table_prefix("shop_")
         .build()
-        .unwrap_or_else(|e| panic!("{e}"));
+        .expect("the test config is valid");
     assert_eq!(config.tables.names.dlq(), "shop_outbox_dlq_events");
     assert_eq!(config.event("e").map(|e| e.max_retries).ok(), Some(1));
     let unknown = config.event("nope").err().map(|e| e.to_string()).unwrap_or_default();
@@ -314,7 +314,7 @@ fn the_builder_validates_like_a_file() {
 
 #[test]
 fn lock_durations_follow_polling_by_default() {
-    let config = Config::from_yaml_str(&with_event("")).unwrap_or_else(|e| panic!("{e}"));
+    let config = Config::from_yaml_str(&with_event("")).expect("the test config is valid");
     let polling = Polling::Adaptive {
         initial_delay: Duration::ZERO,
         min_delay: Duration::from_secs(5),
@@ -329,10 +329,10 @@ fn lock_durations_follow_polling_by_default() {
 
 #[test]
 fn wake_ups_default_on_and_can_be_turned_off() {
-    let config = Config::from_yaml_str(&with_event("")).unwrap_or_else(|e| panic!("{e}"));
+    let config = Config::from_yaml_str(&with_event("")).expect("the test config is valid");
     assert_eq!(config.outbox.map(|o| o.wake_up), Some(WakeUpMode::ListenNotify));
     let off = Config::from_yaml_str(&format!("{}    wake-up: off\n", with_event("")))
-        .unwrap_or_else(|e| panic!("{e}"));
+        .expect("the test config is valid");
     assert_eq!(off.outbox.map(|o| o.wake_up), Some(WakeUpMode::Off));
     let message = yaml_error(&format!("{}    wake-up: sometimes\n", with_event("")));
     assert_names(&message, "oncebox.outbox.wake-up");

@@ -150,14 +150,14 @@ impl Sender for CountingSender {
 }
 
 fn outbox_only(builder: ConfigBuilder) -> Config {
-    builder.processed_clean_up(None).build().unwrap_or_else(|e| panic!("{e}"))
+    builder.processed_clean_up(None).build().expect("the test config is valid")
 }
 
 fn start(config: Config, outbox: Arc<ScriptedOutbox>, sender: Arc<dyn Sender>) -> EngineHandle {
     let mut parts = EngineParts::new(config);
     parts.outbox = Some(outbox);
     parts.sender = Some(sender);
-    Engine::start(parts).unwrap_or_else(|e| panic!("{e}"))
+    Engine::start(parts).expect("the engine starts")
 }
 
 #[tokio::test(start_paused = true)]
@@ -173,7 +173,7 @@ async fn an_idle_hour_costs_about_70_polls_and_the_delay_caps_after_14() {
     assert!(gaps[12] < Duration::from_secs(60), "gap after 13 empty polls: {:?}", gaps[12]);
     assert_eq!(gaps[13], Duration::from_secs(60), "gap after 14 empty polls");
     assert!(gaps[14..].iter().all(|gap| *gap == Duration::from_secs(60)));
-    engine.shutdown(Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
+    engine.shutdown(Duration::from_secs(5)).await.expect("the engine shuts down cleanly");
 }
 
 #[tokio::test(start_paused = true)]
@@ -188,7 +188,7 @@ async fn a_full_backlog_drains_without_waiting_between_full_batches() {
     assert!(claims.len() >= 6, "{} claims", claims.len());
     assert!(claims[..6].iter().all(|t| *t == started), "full batches waited: {:?}", claims);
     assert_eq!(engine.stats().delivered, 1000);
-    engine.shutdown(Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
+    engine.shutdown(Duration::from_secs(5)).await.expect("the engine shuts down cleanly");
 }
 
 fn offsets_from(started: TokioInstant, claims: &[TokioInstant]) -> Vec<u64> {
@@ -208,7 +208,7 @@ async fn the_next_claim_overlaps_the_current_send_and_sends_never_overlap() {
     assert_eq!(offsets_from(started, &outbox.claim_times()[..6]), [0, 0, 100, 200, 300, 400]);
     assert_eq!(sender.max_in_flight.load(Ordering::SeqCst), 1, "sends overlapped");
     assert_eq!(engine.stats().delivered, 1000);
-    engine.shutdown(Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
+    engine.shutdown(Duration::from_secs(5)).await.expect("the engine shuts down cleanly");
 }
 
 #[tokio::test(start_paused = true)]
@@ -228,7 +228,7 @@ async fn claiming_ahead_is_off_when_stuck_recovery_could_take_a_waiting_batch() 
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(offsets_from(started, &outbox.claim_times()[..4]), [0, 100, 200, 300]);
     assert_eq!(engine.stats().delivered, 600);
-    engine.shutdown(Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
+    engine.shutdown(Duration::from_secs(5)).await.expect("the engine shuts down cleanly");
 }
 
 /// Acknowledges every batch after `delay` and records when each batch's send started, by the id
@@ -272,8 +272,7 @@ async fn a_slow_settle_never_holds_a_batch_claimed_ahead_past_its_processing_tim
     let sends = sender.sends.lock().map(|s| s.clone()).unwrap_or_default();
     assert_eq!(sends.len(), 10, "every batch is sent once");
     for (first_id, sent_at) in sends {
-        let claimed_at =
-            outbox.claimed_at(first_id).unwrap_or_else(|| panic!("batch {first_id} not claimed"));
+        let claimed_at = outbox.claimed_at(first_id).expect("batch {first_id} not claimed");
         // A send may take the whole emergency timeout, and stuck recovery may take the rows once
         // max-batch-processing-time has passed since the claim.
         let waited = sent_at.duration_since(claimed_at);
@@ -283,7 +282,7 @@ async fn a_slow_settle_never_holds_a_batch_claimed_ahead_past_its_processing_tim
         );
     }
     assert_eq!(engine.stats().delivered, 100);
-    engine.shutdown(Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
+    engine.shutdown(Duration::from_secs(5)).await.expect("the engine shuts down cleanly");
 }
 
 #[tokio::test(start_paused = true)]
@@ -305,7 +304,7 @@ async fn a_refused_batch_stops_claiming_ahead_until_a_send_gets_through() {
     assert!(claims[2] >= 200, "a refused batch re-polled at once: {claims:?}");
     let gaps: Vec<u64> = claims[2..].windows(2).map(|w| w[1] - w[0]).collect();
     assert!(gaps.iter().all(|gap| *gap > 100), "claimed ahead against a refusing broker: {claims:?}");
-    engine.shutdown(Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
+    engine.shutdown(Duration::from_secs(5)).await.expect("the engine shuts down cleanly");
     let stats = engine.stats();
     assert_eq!(stats.claimed, stats.retried, "every claimed event was sent and settled for a retry");
 }
@@ -330,7 +329,7 @@ async fn wake_cuts_a_long_sleep_short() {
     let claims = outbox.claim_times();
     assert_eq!(claims.len(), before + 1, "the wake-up should poll at once");
     assert!(claims[before].duration_since(woken_at) < Duration::from_millis(1));
-    engine.shutdown(Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
+    engine.shutdown(Duration::from_secs(5)).await.expect("the engine shuts down cleanly");
 }
 
 #[tokio::test(start_paused = true)]
@@ -348,7 +347,7 @@ async fn thread_pool_size_bounds_concurrent_runs() {
     let engine = start(config, outbox.clone(), sender.clone());
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(sender.max_in_flight.load(Ordering::SeqCst), 2);
-    engine.shutdown(Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
+    engine.shutdown(Duration::from_secs(5)).await.expect("the engine shuts down cleanly");
 }
 
 #[tokio::test(start_paused = true)]
@@ -358,7 +357,7 @@ async fn refused_settles_are_reported() {
     let engine = start(config, outbox, Arc::new(CountingSender::default()));
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(engine.stats().refused_settles, 3);
-    engine.shutdown(Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
+    engine.shutdown(Duration::from_secs(5)).await.expect("the engine shuts down cleanly");
 }
 
 /// The engine retries a settle as a whole, so a dialect's settle must apply all or nothing: the
@@ -373,7 +372,7 @@ async fn a_settle_that_failed_temporarily_is_retried_whole_and_counted_once() {
     let stats = engine.stats();
     assert_eq!(outbox.settle_calls.load(Ordering::SeqCst), 2, "one failed settle, one retry");
     assert_eq!((stats.delivered, stats.refused_settles, stats.task_errors), (3, 0, 0));
-    engine.shutdown(Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
+    engine.shutdown(Duration::from_secs(5)).await.expect("the engine shuts down cleanly");
 }
 
 #[tokio::test(start_paused = true)]
@@ -382,14 +381,14 @@ async fn lifecycle_runs_stops_and_fails_when_a_task_dies() {
     let config = outbox_only(Config::builder().event("e", EventSettings::new("t")));
     let engine = start(config.clone(), outbox, Arc::new(CountingSender::default()));
     assert_eq!(engine.state(), Lifecycle::Running);
-    engine.shutdown(Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
+    engine.shutdown(Duration::from_secs(5)).await.expect("the engine shuts down cleanly");
     assert_eq!(engine.state(), Lifecycle::Stopped);
 
     let dying = Arc::new(ScriptedOutbox { panic_on_claim: true, ..ScriptedOutbox::default() });
     let engine = start(config, dying, Arc::new(CountingSender::default()));
     tokio::time::sleep(Duration::from_millis(10)).await;
     assert!(matches!(engine.state(), Lifecycle::Failed(reason) if reason.contains("panicked")));
-    engine.shutdown(Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
+    engine.shutdown(Duration::from_secs(5)).await.expect("the engine shuts down cleanly");
     assert_eq!(engine.state(), Lifecycle::Stopped);
 }
 
@@ -400,7 +399,7 @@ async fn shutdown_waits_for_the_batch_in_flight_then_gives_up_at_the_deadline() 
     let config = outbox_only(Config::builder().event("e", EventSettings::new("t")));
     let engine = start(config.clone(), outbox, sender);
     tokio::time::sleep(Duration::from_millis(10)).await;
-    engine.shutdown(Duration::from_secs(10)).await.unwrap_or_else(|e| panic!("{e}"));
+    engine.shutdown(Duration::from_secs(10)).await.expect("the engine shuts down cleanly");
     assert_eq!(engine.stats().delivered, 5, "the in-flight batch settles before shutdown returns");
 
     let outbox = Arc::new(ScriptedOutbox::with_pending(5));
@@ -416,20 +415,20 @@ async fn shutdown_waits_for_the_batch_in_flight_then_gives_up_at_the_deadline() 
 #[tokio::test(start_paused = true)]
 async fn a_consumer_only_engine_with_nothing_to_schedule_is_idle_not_running() {
     let config =
-        Config::builder().inbox_enabled(true).inbox_clean_up(None).build().unwrap_or_else(|e| panic!("{e}"));
+        Config::builder().inbox_enabled(true).inbox_clean_up(None).build().expect("the test config is valid");
     let mut parts = EngineParts::new(config);
     parts.inbox = None;
-    let engine = Engine::start(parts).unwrap_or_else(|e| panic!("{e}"));
+    let engine = Engine::start(parts).expect("the engine starts");
     assert_eq!(engine.state(), Lifecycle::Idle);
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(engine.state(), Lifecycle::Idle, "nothing ran, so nothing can have failed");
-    engine.shutdown(Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
+    engine.shutdown(Duration::from_secs(5)).await.expect("the engine shuts down cleanly");
     assert_eq!(engine.state(), Lifecycle::Stopped);
 }
 
 #[tokio::test]
 async fn starting_with_neither_outbox_nor_inbox_is_an_error_naming_both() {
-    let config = Config::builder().build().unwrap_or_else(|e| panic!("{e}"));
+    let config = Config::builder().build().expect("the test config is valid");
     let error = Engine::start(EngineParts::new(config)).err();
     assert_eq!(error.as_ref().map(|e| e.kind()), Some(ErrorKind::Lifecycle));
     let message = error.map(|e| e.to_string()).unwrap_or_default();
@@ -469,7 +468,7 @@ async fn wake_up_hints_from_the_dialect_poll_the_named_type_or_all() {
     parts.outbox = Some(outbox.clone());
     parts.sender = Some(Arc::new(CountingSender::default()));
     parts.wake_source = Some(Box::new(ChannelWakeSource(receiver)));
-    let engine = Engine::start(parts).unwrap_or_else(|e| panic!("{e}"));
+    let engine = Engine::start(parts).expect("the engine starts");
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(outbox.claim_times().len(), 2, "one initial poll per type");
 
@@ -479,5 +478,5 @@ async fn wake_up_hints_from_the_dialect_poll_the_named_type_or_all() {
     let _ = hints.send(WakeUp::All);
     tokio::time::sleep(Duration::from_millis(1)).await;
     assert_eq!(outbox.claim_times().len(), 5, "after a reconnect every type polls at once");
-    engine.shutdown(Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
+    engine.shutdown(Duration::from_secs(5)).await.expect("the engine shuts down cleanly");
 }
