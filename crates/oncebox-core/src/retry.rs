@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::config::Backoff;
+use crate::error::Error;
 
 /// What to do with an event whose send just failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +56,54 @@ pub fn doubling_delay(first: Duration, cap: Duration, n: u32) -> Duration {
     // The exponent stops at 20: past it every realistic `first` is over any cap already.
     let factor = 2u32.saturating_pow(n.saturating_sub(1).min(20));
     first.saturating_mul(factor).min(cap)
+}
+
+/// Waits that start at `min` and double per failure up to `max`: the pause before a failing
+/// handler runs again, or before a lost connection is tried again.
+///
+/// ```
+/// use oncebox_core::retry::Doubling;
+/// use std::time::Duration;
+/// let backoff = Doubling::new(Duration::from_millis(100), Duration::from_millis(350));
+/// assert_eq!(backoff.delay(3), Duration::from_millis(350));
+/// assert!(backoff.check("listener.retry-backoff", Duration::from_secs(1)).is_ok());
+/// let error = Doubling::new(Duration::ZERO, Duration::from_secs(1)).check("listener.retry-backoff", Duration::from_secs(1));
+/// assert!(error.is_err_and(|error| error.to_string().contains("listener.retry-backoff")));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Doubling {
+    /// The first wait.
+    pub min: Duration,
+    /// The longest wait.
+    pub max: Duration,
+}
+
+impl Doubling {
+    /// Waits from `min` doubling up to `max`.
+    pub const fn new(min: Duration, max: Duration) -> Self {
+        Self { min, max }
+    }
+
+    /// The wait after the `n`th failure (see [`doubling_delay`]).
+    pub fn delay(&self, n: u32) -> Duration {
+        doubling_delay(self.min, self.max, n)
+    }
+
+    /// Checks that `min` is above zero (zero would spin) and not above `max`, and that `max` is
+    /// at most `limit`; an error names the setting `key`.
+    pub fn check(&self, key: &str, limit: Duration) -> Result<(), Error> {
+        let Self { min, max } = *self;
+        if min.is_zero() || min > max {
+            return Err(Error::config(
+                key,
+                format!("min {min:?} must be above zero and not above max {max:?}"),
+            ));
+        }
+        if max > limit {
+            return Err(Error::config(key, format!("max {max:?} is longer than the limit {limit:?}")));
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

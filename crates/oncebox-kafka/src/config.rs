@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use oncebox_core::retry::doubling_delay;
+use oncebox_core::retry::Doubling;
 use oncebox_core::{Error, Result};
 use rdkafka::ClientConfig;
 use serde::Deserialize;
@@ -343,8 +343,7 @@ pub struct KafkaListenerConfig {
     pub(crate) topics: Vec<String>,
     pub(crate) properties: BTreeMap<String, String>,
     pub(crate) dead_letter_topic: Option<String>,
-    pub(crate) retry_min: Duration,
-    pub(crate) retry_max: Duration,
+    pub(crate) retry: Doubling,
     pub(crate) max_attempts: Option<u32>,
     pub(crate) shutdown_grace: Duration,
 }
@@ -357,8 +356,7 @@ impl fmt::Debug for KafkaListenerConfig {
             .field("topics", &self.topics)
             .field("properties", &redacted(&self.properties))
             .field("dead_letter_topic", &self.dead_letter_topic)
-            .field("retry_min", &self.retry_min)
-            .field("retry_max", &self.retry_max)
+            .field("retry", &self.retry)
             .field("max_attempts", &self.max_attempts)
             .field("shutdown_grace", &self.shutdown_grace)
             .finish()
@@ -381,8 +379,7 @@ impl KafkaListenerConfig {
             topics: topics.into_iter().map(Into::into).collect(),
             properties: BTreeMap::new(),
             dead_letter_topic: None,
-            retry_min: DEFAULT_RETRY_MIN,
-            retry_max: DEFAULT_RETRY_MAX,
+            retry: Doubling::new(DEFAULT_RETRY_MIN, DEFAULT_RETRY_MAX),
             max_attempts: None,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
         }
@@ -422,8 +419,7 @@ impl KafkaListenerConfig {
     /// (at most [`MAX_LISTENER_WAIT`]; [`validate`](Self::validate) refuses a longer one).
     #[must_use]
     pub fn with_retry_backoff(mut self, min: Duration, max: Duration) -> Self {
-        self.retry_min = min;
-        self.retry_max = max;
+        self.retry = Doubling::new(min, max);
         self
     }
 
@@ -483,18 +479,7 @@ impl KafkaListenerConfig {
                 ));
             }
         }
-        if self.retry_min.is_zero() || self.retry_min > self.retry_max {
-            return Err(Error::config(
-                "kafka.listener.retry-backoff",
-                format!("min {:?} must be above zero and not above max {:?}", self.retry_min, self.retry_max),
-            ));
-        }
-        if self.retry_max > MAX_LISTENER_WAIT {
-            return Err(Error::config(
-                "kafka.listener.retry-backoff",
-                format!("max {:?} must not be above {MAX_LISTENER_WAIT:?}", self.retry_max),
-            ));
-        }
+        self.retry.check("kafka.listener.retry-backoff", MAX_LISTENER_WAIT)?;
         if self.shutdown_grace > MAX_LISTENER_WAIT {
             return Err(Error::config(
                 "kafka.listener.shutdown-grace",
@@ -509,7 +494,7 @@ impl KafkaListenerConfig {
 
     /// The wait before run `attempt + 1` after `attempt` failed runs.
     pub(crate) fn retry_delay(&self, attempt: u32) -> Duration {
-        doubling_delay(self.retry_min, self.retry_max, attempt)
+        self.retry.delay(attempt)
     }
 
     pub(crate) fn client_config(&self) -> ClientConfig {

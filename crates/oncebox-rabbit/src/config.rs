@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use lapin::types::ShortString;
-use oncebox_core::retry::doubling_delay;
+use oncebox_core::retry::Doubling;
 use oncebox_core::{Error, Result};
 
 /// Default bound on one batch: connecting, publishing and waiting for every confirm. The same as the
@@ -29,8 +29,7 @@ pub const MAX_RECONNECT_BACKOFF: Duration = Duration::from_secs(60 * 60);
 pub struct RabbitSenderConfig {
     pub(crate) url: String,
     pub(crate) emergency_timeout: Duration,
-    pub(crate) reconnect_min: Duration,
-    pub(crate) reconnect_max: Duration,
+    pub(crate) reconnect: Doubling,
     pub(crate) connection_name: String,
 }
 
@@ -41,8 +40,7 @@ impl RabbitSenderConfig {
         Self {
             url: url.into(),
             emergency_timeout: DEFAULT_EMERGENCY_TIMEOUT,
-            reconnect_min: DEFAULT_RECONNECT_MIN,
-            reconnect_max: DEFAULT_RECONNECT_MAX,
+            reconnect: Doubling::new(DEFAULT_RECONNECT_MIN, DEFAULT_RECONNECT_MAX),
             connection_name: "oncebox-rabbit sender".to_owned(),
         }
     }
@@ -61,8 +59,7 @@ impl RabbitSenderConfig {
     /// Batches sent while waiting fail at once with a temporary error instead of hammering the broker.
     #[must_use]
     pub fn with_reconnect_backoff(mut self, min: Duration, max: Duration) -> Self {
-        self.reconnect_min = min;
-        self.reconnect_max = max;
+        self.reconnect = Doubling::new(min, max);
         self
     }
 
@@ -88,7 +85,7 @@ impl RabbitSenderConfig {
                 format!("{:?} is longer than the limit {MAX_EMERGENCY_TIMEOUT:?}", self.emergency_timeout),
             ));
         }
-        check_reconnect_backoff("rabbit.reconnect-backoff", self.reconnect_min, self.reconnect_max)
+        self.reconnect.check("rabbit.reconnect-backoff", MAX_RECONNECT_BACKOFF)
     }
 
     /// The broker URL, password included.
@@ -106,7 +103,7 @@ impl RabbitSenderConfig {
         if failures == 0 {
             return Duration::ZERO;
         }
-        doubling_delay(self.reconnect_min, self.reconnect_max, failures)
+        self.reconnect.delay(failures)
     }
 }
 
@@ -115,26 +112,10 @@ impl fmt::Debug for RabbitSenderConfig {
         f.debug_struct("RabbitSenderConfig")
             .field("url", &redact_url(&self.url))
             .field("emergency_timeout", &self.emergency_timeout)
-            .field("reconnect_min", &self.reconnect_min)
-            .field("reconnect_max", &self.reconnect_max)
+            .field("reconnect", &self.reconnect)
             .field("connection_name", &self.connection_name)
             .finish()
     }
-}
-
-/// Checks a reconnection backoff: above zero (zero would reconnect in a tight loop), `min` not above
-/// `max`, and `max` within [`MAX_RECONNECT_BACKOFF`].
-pub(crate) fn check_reconnect_backoff(key: &str, min: Duration, max: Duration) -> Result<()> {
-    if min.is_zero() || min > max {
-        return Err(Error::config(key, format!("min {min:?} must be above zero and not above max {max:?}")));
-    }
-    if max > MAX_RECONNECT_BACKOFF {
-        return Err(Error::config(
-            key,
-            format!("max {max:?} is longer than the limit {MAX_RECONNECT_BACKOFF:?}"),
-        ));
-    }
-    Ok(())
 }
 
 /// Parses `url` as lapin will, so a malformed URL fails at construction with `key` named. The
@@ -225,12 +206,10 @@ pub struct RabbitListenerConfig {
     pub(crate) queue: String,
     pub(crate) prefetch: u16,
     pub(crate) max_attempts: u32,
-    pub(crate) retry_min: Duration,
-    pub(crate) retry_max: Duration,
+    pub(crate) retry: Doubling,
     pub(crate) declare: Option<RabbitTopology>,
     pub(crate) queue_dead_letter_exchange: bool,
-    pub(crate) reconnect_min: Duration,
-    pub(crate) reconnect_max: Duration,
+    pub(crate) reconnect: Doubling,
     pub(crate) shutdown_grace: Duration,
     pub(crate) connection_name: String,
 }
@@ -242,12 +221,10 @@ impl fmt::Debug for RabbitListenerConfig {
             .field("queue", &self.queue)
             .field("prefetch", &self.prefetch)
             .field("max_attempts", &self.max_attempts)
-            .field("retry_min", &self.retry_min)
-            .field("retry_max", &self.retry_max)
+            .field("retry", &self.retry)
             .field("declare", &self.declare)
             .field("queue_dead_letter_exchange", &self.queue_dead_letter_exchange)
-            .field("reconnect_min", &self.reconnect_min)
-            .field("reconnect_max", &self.reconnect_max)
+            .field("reconnect", &self.reconnect)
             .field("shutdown_grace", &self.shutdown_grace)
             .finish()
     }
@@ -264,12 +241,10 @@ impl RabbitListenerConfig {
             queue: queue.into(),
             prefetch: DEFAULT_PREFETCH,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
-            retry_min: DEFAULT_RETRY_MIN,
-            retry_max: DEFAULT_RETRY_MAX,
+            retry: Doubling::new(DEFAULT_RETRY_MIN, DEFAULT_RETRY_MAX),
             declare: None,
             queue_dead_letter_exchange: false,
-            reconnect_min: crate::config::DEFAULT_RECONNECT_MIN,
-            reconnect_max: crate::config::DEFAULT_RECONNECT_MAX,
+            reconnect: Doubling::new(DEFAULT_RECONNECT_MIN, DEFAULT_RECONNECT_MAX),
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             connection_name: "oncebox-rabbit listener".to_owned(),
         }
@@ -298,8 +273,7 @@ impl RabbitListenerConfig {
     /// one at a time, so the messages behind it wait too, in order.
     #[must_use]
     pub fn with_retry_backoff(mut self, min: Duration, max: Duration) -> Self {
-        self.retry_min = min;
-        self.retry_max = max;
+        self.retry = Doubling::new(min, max);
         self
     }
 
@@ -324,8 +298,7 @@ impl RabbitListenerConfig {
     /// Backoff between reconnection attempts: `min`, doubling per failure, up to `max`.
     #[must_use]
     pub fn with_reconnect_backoff(mut self, min: Duration, max: Duration) -> Self {
-        self.reconnect_min = min;
-        self.reconnect_max = max;
+        self.reconnect = Doubling::new(min, max);
         self
     }
 
@@ -355,23 +328,8 @@ impl RabbitListenerConfig {
         if self.max_attempts == 0 {
             return Err(Error::config("rabbit.listener.max-attempts", "must be at least 1"));
         }
-        if self.retry_min.is_zero() || self.retry_min > self.retry_max {
-            return Err(Error::config(
-                "rabbit.listener.retry-backoff",
-                format!("min {:?} must be above zero and not above max {:?}", self.retry_min, self.retry_max),
-            ));
-        }
-        if self.retry_max > MAX_RETRY_BACKOFF {
-            return Err(Error::config(
-                "rabbit.listener.retry-backoff",
-                format!("max {:?} is longer than the limit {MAX_RETRY_BACKOFF:?}", self.retry_max),
-            ));
-        }
-        crate::config::check_reconnect_backoff(
-            "rabbit.listener.reconnect-backoff",
-            self.reconnect_min,
-            self.reconnect_max,
-        )?;
+        self.retry.check("rabbit.listener.retry-backoff", MAX_RETRY_BACKOFF)?;
+        self.reconnect.check("rabbit.listener.reconnect-backoff", MAX_RECONNECT_BACKOFF)?;
         if self.shutdown_grace > MAX_SHUTDOWN_GRACE {
             return Err(Error::config(
                 "rabbit.listener.shutdown-grace",
@@ -397,12 +355,12 @@ impl RabbitListenerConfig {
     }
 
     pub(crate) fn reconnect_delay(&self, failures: u32) -> Duration {
-        doubling_delay(self.reconnect_min, self.reconnect_max, failures)
+        self.reconnect.delay(failures)
     }
 
     /// The wait before run `attempt + 1` after `attempt` failed runs.
     pub(crate) fn retry_delay(&self, attempt: u32) -> Duration {
-        doubling_delay(self.retry_min, self.retry_max, attempt)
+        self.retry.delay(attempt)
     }
 }
 
