@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+use oncebox_core::config::{Format, HumanDuration, section};
 use oncebox_core::retry::Doubling;
 use oncebox_core::{Error, Result};
 use rdkafka::ClientConfig;
@@ -212,7 +213,7 @@ impl KafkaSenderConfig {
 
     fn from_section(section: KafkaSection) -> Result<Self> {
         let mut config = Self::new(section.bootstrap_servers()?);
-        if let Some(timeout) = section.emergency_timeout()? {
+        if let Some(timeout) = section.emergency_timeout() {
             config = config.with_emergency_timeout(timeout);
         }
         config.properties = section.producer;
@@ -540,22 +541,11 @@ fn strip_scheme(servers: String) -> String {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct KafkaSection {
     bootstrap_servers: Option<String>,
-    emergency_timeout: Option<String>,
+    emergency_timeout: Option<HumanDuration>,
     #[serde(default, deserialize_with = "properties")]
     producer: BTreeMap<String, String>,
     #[serde(default, deserialize_with = "properties")]
     consumer: BTreeMap<String, String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct FileRoot {
-    #[serde(default)]
-    oncebox: OnceboxRoot,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct OnceboxRoot {
-    kafka: Option<KafkaSection>,
 }
 
 #[derive(Deserialize)]
@@ -586,16 +576,17 @@ fn properties<'de, D: serde::Deserializer<'de>>(
 }
 
 impl KafkaSection {
+    fn read(text: &str, format: Format) -> Result<Self> {
+        section(text, format, "kafka")?
+            .ok_or_else(|| Error::config("oncebox.kafka", "the section is missing"))
+    }
+
     fn from_yaml_str(text: &str) -> Result<Self> {
-        let root: FileRoot = serde_norway::from_str(text)
-            .map_err(|error| Error::config("oncebox.kafka", error.to_string()))?;
-        root.oncebox.kafka.ok_or_else(|| Error::config("oncebox.kafka", "the section is missing"))
+        Self::read(text, Format::Yaml)
     }
 
     fn from_toml_str(text: &str) -> Result<Self> {
-        let root: FileRoot =
-            toml::from_str(text).map_err(|error| Error::config("oncebox.kafka", error.to_string()))?;
-        root.oncebox.kafka.ok_or_else(|| Error::config("oncebox.kafka", "the section is missing"))
+        Self::read(text, Format::Toml)
     }
 
     fn bootstrap_servers(&self) -> Result<String> {
@@ -604,15 +595,8 @@ impl KafkaSection {
             .ok_or_else(|| Error::config("oncebox.kafka.bootstrap-servers", "is required"))
     }
 
-    fn emergency_timeout(&self) -> Result<Option<Duration>> {
-        self.emergency_timeout
-            .as_deref()
-            .map(|text| {
-                humantime::parse_duration(text.trim()).map_err(|error| {
-                    Error::config("oncebox.kafka.emergency-timeout", format!("'{text}': {error}"))
-                })
-            })
-            .transpose()
+    fn emergency_timeout(&self) -> Option<Duration> {
+        self.emergency_timeout.map(|HumanDuration(timeout)| timeout)
     }
 }
 

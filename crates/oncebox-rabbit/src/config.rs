@@ -4,8 +4,10 @@ use std::fmt;
 use std::time::Duration;
 
 use lapin::types::ShortString;
+use oncebox_core::config::{Format, HumanDuration, section};
 use oncebox_core::retry::Doubling;
 use oncebox_core::{Error, Result};
+use serde::Deserialize;
 
 /// Default bound on one batch: connecting, publishing and waiting for every confirm. The same as the
 /// default of `oncebox.outbox.sender.emergency-timeout`, which the stuck recovery is checked against.
@@ -43,6 +45,26 @@ impl RabbitSenderConfig {
             reconnect: Doubling::new(DEFAULT_RECONNECT_MIN, DEFAULT_RECONNECT_MAX),
             connection_name: "oncebox-rabbit sender".to_owned(),
         }
+    }
+
+    /// Reads `oncebox.rabbitmq` from a YAML document (the file the core reads; its other keys are
+    /// ignored): `url`, optional `emergency-timeout` and `connection-name`.
+    ///
+    /// ```
+    /// use oncebox_rabbit::RabbitSenderConfig;
+    /// let text = "oncebox:\n  rabbitmq:\n    url: amqp://guest:guest@127.0.0.1:5672/%2f\n    emergency-timeout: 30s\n";
+    /// let config = RabbitSenderConfig::from_yaml_str(text)?;
+    /// assert_eq!(config.emergency_timeout(), std::time::Duration::from_secs(30));
+    /// # Ok::<(), oncebox_core::Error>(())
+    /// ```
+    pub fn from_yaml_str(text: &str) -> Result<Self> {
+        RabbitSection::read(text, Format::Yaml)?.sender()
+    }
+
+    /// Reads `[oncebox.rabbitmq]` from a TOML document, with the keys of
+    /// [`from_yaml_str`](Self::from_yaml_str).
+    pub fn from_toml_str(text: &str) -> Result<Self> {
+        RabbitSection::read(text, Format::Toml)?.sender()
     }
 
     /// Bounds one `send` call: connecting, publishing and awaiting every confirm. Messages not
@@ -115,6 +137,43 @@ impl fmt::Debug for RabbitSenderConfig {
             .field("reconnect", &self.reconnect)
             .field("connection_name", &self.connection_name)
             .finish()
+    }
+}
+
+/// The `oncebox.rabbitmq` block of a configuration file.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RabbitSection {
+    url: String,
+    emergency_timeout: Option<HumanDuration>,
+    connection_name: Option<String>,
+}
+
+impl RabbitSection {
+    fn read(text: &str, format: Format) -> Result<Self> {
+        section(text, format, "rabbitmq")?
+            .ok_or_else(|| Error::config("oncebox.rabbitmq", "the section is missing"))
+    }
+
+    fn sender(self) -> Result<RabbitSenderConfig> {
+        let mut config = RabbitSenderConfig::new(self.url);
+        if let Some(HumanDuration(timeout)) = self.emergency_timeout {
+            config = config.with_emergency_timeout(timeout);
+        }
+        if let Some(name) = self.connection_name {
+            config = config.with_connection_name(name);
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn listener(self, queue: String) -> Result<RabbitListenerConfig> {
+        let mut config = RabbitListenerConfig::new(self.url, queue);
+        if let Some(name) = self.connection_name {
+            config = config.with_connection_name(name);
+        }
+        config.validate()?;
+        Ok(config)
     }
 }
 
@@ -248,6 +307,17 @@ impl RabbitListenerConfig {
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             connection_name: "oncebox-rabbit listener".to_owned(),
         }
+    }
+
+    /// Reads the broker's `url` (and `connection-name`) from `oncebox.rabbitmq` of a YAML
+    /// document, for consuming `queue`; see [`RabbitSenderConfig::from_yaml_str`].
+    pub fn from_yaml_str(text: &str, queue: impl Into<String>) -> Result<Self> {
+        RabbitSection::read(text, Format::Yaml)?.listener(queue.into())
+    }
+
+    /// Reads `[oncebox.rabbitmq]` of a TOML document; see [`Self::from_yaml_str`].
+    pub fn from_toml_str(text: &str, queue: impl Into<String>) -> Result<Self> {
+        RabbitSection::read(text, Format::Toml)?.listener(queue.into())
     }
 
     /// Unacknowledged messages the broker may send ahead (`basic.qos`).
@@ -545,6 +615,34 @@ mod tests {
         assert!(error.is_some_and(|text| text.contains("rabbit.listener.queue")));
         let error = crate::RabbitListener::builder(config).build().err().map(|e| e.to_string());
         assert!(error.is_some_and(|text| text.contains("no event type has a handler")));
+    }
+
+    #[test]
+    fn the_rabbitmq_block_of_the_shared_file_configures_sender_and_listener() -> Result<()> {
+        let yaml = "oncebox:\n  outbox:\n    events: {}\n  rabbitmq:\n    url: amqp://guest:s3cret@host:5672/%2f\n    emergency-timeout: 45s\n    connection-name: billing\n";
+        let sender = RabbitSenderConfig::from_yaml_str(yaml)?;
+        assert_eq!(sender.emergency_timeout(), Duration::from_secs(45));
+        assert_eq!(sender.connection_name, "billing");
+        let listener = RabbitListenerConfig::from_yaml_str(yaml, "billing-orders")?;
+        assert_eq!((listener.url.as_str(), listener.queue.as_str()), (sender.url(), "billing-orders"));
+        let toml = "[oncebox.rabbitmq]\nurl = \"amqp://host\"\nemergency-timeout = \"2s\"\n";
+        assert_eq!(RabbitSenderConfig::from_toml_str(toml)?.emergency_timeout(), Duration::from_secs(2));
+        Ok(())
+    }
+
+    #[test]
+    fn a_missing_block_or_a_wrong_key_is_named_and_the_password_stays_hidden() {
+        let missing =
+            RabbitSenderConfig::from_yaml_str("oncebox:\n  outbox: {}\n").err().map(|e| e.to_string());
+        assert!(missing.is_some_and(|text| text.contains("oncebox.rabbitmq") && text.contains("missing")));
+        let unit =
+            "oncebox:\n  rabbitmq:\n    url: amqp://guest:s3cret@host/%2f\n    emergency-timeout: 30\n";
+        let error = RabbitSenderConfig::from_yaml_str(unit).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(error.contains("oncebox.rabbitmq.emergency-timeout") && !error.contains("s3cret"), "{error}");
+        let unknown = "oncebox:\n  rabbitmq:\n    url: amqp://host\n    urll: x\n";
+        let error =
+            RabbitSenderConfig::from_yaml_str(unknown).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(error.contains("urll"), "{error}");
     }
 
     fn listener_problem(config: &RabbitListenerConfig) -> String {

@@ -26,6 +26,7 @@ use std::path::Path;
 use std::time::Duration;
 
 pub use builder::{ConfigBuilder, EventSettings};
+pub use raw::HumanDuration;
 
 /// The longest duration any setting accepts (100 years). Longer values are surely typos, and they
 /// would overflow clock arithmetic (`Instant + duration`) or a cache (moka refuses a TTL over
@@ -314,9 +315,9 @@ impl Config {
         let text = std::fs::read_to_string(path).map_err(|error| {
             Error::new(ErrorKind::Config, format!("cannot read {}", path.display())).with_source(error)
         })?;
-        let result = match path.extension().and_then(|e| e.to_str()) {
-            Some("toml") => Self::from_toml_str(&text),
-            _ => Self::from_yaml_str(&text),
+        let result = match Format::of_path(path) {
+            Format::Toml => Self::from_toml_str(&text),
+            Format::Yaml => Self::from_yaml_str(&text),
         };
         result.map_err(|error| error.context(path.display()))
     }
@@ -329,6 +330,78 @@ impl Config {
             ))
         })
     }
+}
+
+/// The text format of a configuration document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// YAML, with a top-level `oncebox:` key.
+    Yaml,
+    /// TOML, with a top-level `[oncebox]` table.
+    Toml,
+}
+
+impl Format {
+    /// The format a file's extension names: `.toml` is TOML, anything else YAML.
+    pub fn of_path(path: &Path) -> Self {
+        match path.extension().and_then(|extension| extension.to_str()) {
+            Some("toml") => Self::Toml,
+            _ => Self::Yaml,
+        }
+    }
+}
+
+/// Reads the block `oncebox.<name>` of a configuration document as `T`: how a transport reads
+/// its own settings (`oncebox.kafka`, `oncebox.rabbitmq`) from the file the core reads, without a
+/// parser of its own. `Ok(None)` when the block is absent; an error names the key that is wrong
+/// (`oncebox.kafka.emergency-timeout`).
+///
+/// ```
+/// use oncebox_core::config::{section, Format, HumanDuration};
+///
+/// #[derive(serde::Deserialize)]
+/// #[serde(rename_all = "kebab-case")]
+/// struct Broker { url: String, emergency_timeout: Option<HumanDuration> }
+///
+/// let text = "oncebox:\n  broker:\n    url: amqp://host\n    emergency-timeout: 30s\n";
+/// let broker: Option<Broker> = section(text, Format::Yaml, "broker")?;
+/// assert_eq!(broker.map(|broker| broker.url).as_deref(), Some("amqp://host"));
+/// let wrong = section::<Broker>("oncebox:\n  broker:\n    url: x\n    emergency-timeout: 30\n", Format::Yaml, "broker");
+/// assert!(wrong.is_err_and(|error| error.to_string().contains("oncebox.broker.emergency-timeout")));
+/// # Ok::<(), oncebox_core::Error>(())
+/// ```
+pub fn section<T: serde::de::DeserializeOwned>(text: &str, format: Format, name: &str) -> Result<Option<T>> {
+    let prefix = format!("oncebox.{name}");
+    let invalid = |error: String| Error::config(prefix.clone(), error);
+    match format {
+        Format::Yaml => {
+            let root: serde_norway::Value =
+                serde_norway::from_str(text).map_err(|error| invalid(format!("invalid YAML: {error}")))?;
+            match root.get("oncebox").and_then(|oncebox| oncebox.get(name)) {
+                None => Ok(None),
+                Some(block) => serde_path_to_error::deserialize(block.clone())
+                    .map(Some)
+                    .map_err(|error| keyed(&prefix, error)),
+            }
+        }
+        Format::Toml => {
+            let root: toml::Table = toml::from_str(text)
+                .map_err(|error| invalid(format!("invalid TOML: {}", error.message())))?;
+            match root.get("oncebox").and_then(|oncebox| oncebox.get(name)) {
+                None => Ok(None),
+                Some(block) => serde_path_to_error::deserialize(block.clone())
+                    .map(Some)
+                    .map_err(|error| keyed(&prefix, error)),
+            }
+        }
+    }
+}
+
+/// A parse error of a block at `prefix`, naming the key below it that is wrong.
+fn keyed<E: std::fmt::Display>(prefix: &str, error: serde_path_to_error::Error<E>) -> Error {
+    let path = error.path().to_string();
+    let key = if path == "." || path.is_empty() { prefix.to_owned() } else { format!("{prefix}.{path}") };
+    Error::config(key, error.into_inner().to_string())
 }
 
 fn parse_error<E: std::fmt::Display>(error: serde_path_to_error::Error<E>) -> Error {

@@ -8,9 +8,10 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, Visitor};
 
-/// A humantime duration (`250ms`, `1m`, `24h`).
+/// A duration as configuration files write it (`250ms`, `1m`, `24h`); a bare number is refused
+/// with a hint to give a unit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct HumanDuration(pub(crate) Duration);
+pub struct HumanDuration(pub Duration);
 
 impl<'de> Deserialize<'de> for HumanDuration {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
