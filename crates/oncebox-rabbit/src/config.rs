@@ -163,7 +163,7 @@ impl RabbitSection {
         if let Some(name) = self.connection_name {
             config = config.with_connection_name(name);
         }
-        config.validate()?;
+        config.validate().map_err(|error| error.context("the oncebox.rabbitmq block"))?;
         Ok(config)
     }
 
@@ -172,7 +172,7 @@ impl RabbitSection {
         if let Some(name) = self.connection_name {
             config = config.with_connection_name(name);
         }
-        config.validate()?;
+        config.validate().map_err(|error| error.context("the oncebox.rabbitmq block"))?;
         Ok(config)
     }
 }

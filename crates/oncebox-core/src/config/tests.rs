@@ -106,7 +106,7 @@ fn older_publisher_and_consumer_spellings_are_accepted() {
     let config = Config::from_yaml_str(
         "oncebox:\n  publisher:\n    events:\n      e:\n        topic: t\n  consumer:\n    clean-up:\n      ttl: 2h\n",
     )
-    .expect("publishing succeeds");
+    .expect("the older spellings are accepted");
     assert!(config.outbox.is_some());
     assert_eq!(config.inbox.and_then(|i| i.clean_up).map(|c| c.ttl), Some(Duration::from_secs(7200)));
 }

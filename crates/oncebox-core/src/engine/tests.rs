@@ -272,7 +272,8 @@ async fn a_slow_settle_never_holds_a_batch_claimed_ahead_past_its_processing_tim
     let sends = sender.sends.lock().map(|s| s.clone()).unwrap_or_default();
     assert_eq!(sends.len(), 10, "every batch is sent once");
     for (first_id, sent_at) in sends {
-        let claimed_at = outbox.claimed_at(first_id).expect("batch {first_id} not claimed");
+        let claimed_at =
+            outbox.claimed_at(first_id).unwrap_or_else(|| panic!("batch {first_id} not claimed"));
         // A send may take the whole emergency timeout, and stuck recovery may take the rows once
         // max-batch-processing-time has passed since the claim.
         let waited = sent_at.duration_since(claimed_at);
