@@ -448,8 +448,9 @@ async fn run_pair<S: Store, T: Transport>(
     if let Some(kafka) = servers.kafka.as_mut() {
         teardown.push(kafka.resume());
     }
-    teardown.push(store.dispose(&dialect, &run.names).await);
+    // The deliveries table first: disposing of an embedded database closes its pool.
     teardown.push(S::drop_table(&dialect, &run.deliveries).await);
+    teardown.push(store.dispose(&dialect, &run.names).await);
     if servers.kafka.is_none() {
         teardown.push(transport.dispose(&run.names).await);
     }
@@ -976,10 +977,16 @@ async fn drive<S: Store, T: Transport>(
     if let Err(error) = recovered {
         let ledger = read_ledger::<S>(dialect, run, &published).await?;
         let stalled = report(ledger, RelayStats::read_all(&run.dir)?, 0, faults);
-        let broker = transport.describe(names).await;
+        let lost: Vec<Uuid> = stalled.ledger.lost.iter().take(10).copied().collect();
+        let rows = outbox_rows(dialect, &lost).await;
+        let broker = transport.describe(names, &lost).await;
         return Err(plumbing(
             &format!("chaos {} {} (seed {seed})", profile.name, run.pair.name()),
-            format!("{error}\n{}\n{}\nbroker: {broker}", stalled.text(), stalled.ledger.violations()),
+            format!(
+                "{error}\n{}\n{}\noutbox rows of the first lost events: {rows}\nbroker: {broker}",
+                stalled.text(),
+                stalled.ledger.violations()
+            ),
         ));
     }
 
@@ -999,6 +1006,24 @@ async fn drive<S: Store, T: Transport>(
 
     let ledger = read_ledger::<S>(dialect, run, &published).await?;
     Ok(report(ledger, RelayStats::read_all(&run.dir)?, copies.len(), fleet.faults))
+}
+
+/// How the outbox rows of `ids` stand (status, attempts, times, last error), for a run that
+/// lost them: a PROCESSED row means a relay saw the broker acknowledge the event.
+async fn outbox_rows<D: Dialect>(dialect: &D, ids: &[Uuid]) -> String {
+    let outbox = dialect.outbox_dao();
+    let mut rows = Vec::new();
+    for id in ids {
+        rows.push(match outbox.get(*id).await {
+            Ok(Some(row)) => format!(
+                "{id}: {:?}, {} attempts, created {}, processed {:?}, last error {:?}",
+                row.status, row.attempts, row.created_at, row.processed_at, row.last_error
+            ),
+            Ok(None) => format!("{id}: no row"),
+            Err(error) => format!("{id}: unreadable ({error})"),
+        });
+    }
+    rows.join("; ")
 }
 
 /// Deliveries whose handler finished (applied or duplicate), by event id.

@@ -435,11 +435,27 @@ impl PrivateMariadb {
         if self.as_mysql_user {
             command.arg("--user=mysql");
         }
-        command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-        let child =
+        // What mariadbd prints before `--log-error` takes over (a bad option, a refused user) goes
+        // to a file of its own (the server log belongs to the `mysql` user), reported on failure.
+        let early_path = directory.join("mariadbd.stderr");
+        let early = File::create(&early_path)
+            .map_err(|error| plumbing(&context, format!("creating {}: {error}", early_path.display())))?;
+        command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(early);
+        let mut child =
             command.spawn().map_err(|error| plumbing(&context, format!("cannot run mariadbd: {error}")))?;
-        let child = self.child.insert(child);
-        wait_until_listening(child, &self.directory.server_log(), self.port, &context).await
+        match wait_until_listening(&mut child, &self.directory.server_log(), self.port, &context).await {
+            Ok(()) => {
+                self.child = Some(child);
+                Ok(())
+            }
+            Err(error) => {
+                // Not kept: a later `start` must try again rather than take the failed one for running.
+                let _ = child.kill();
+                let _ = child.wait();
+                let early = tail_of_file(&early_path, LOG_TAIL_LINES);
+                Err(plumbing(&context, format!("{error}\nmariadbd's own output ends with:\n{early}")))
+            }
+        }
     }
 
     /// Kills the server with SIGKILL, as a crash would, and reaps it. Stopping a stopped server does

@@ -32,8 +32,8 @@ const RETRY_MIN: Duration = Duration::from_millis(20);
 const RETRY_MAX: Duration = Duration::from_millis(200);
 /// Partitions of a run's Kafka topic.
 const TOPIC_PARTITIONS: i32 = 2;
-/// The Kafka group session timeout of a listener, in milliseconds.
-const SESSION_TIMEOUT_MS: &str = "6000";
+/// The Kafka group session timeout of a listener.
+const SESSION_TIMEOUT: Duration = Duration::from_secs(6);
 /// How long after the session timeout a member that died is surely gone from the group.
 const SESSION_EXPIRY_MARGIN: Duration = Duration::from_secs(2);
 /// How often a Kafka listener tells the group it is alive, in milliseconds.
@@ -128,9 +128,10 @@ pub trait Transport: Sized + Send + Sync + 'static {
     fn await_listener(&self, names: &Names) -> impl Future<Output = Result<()>> + Send;
 
     /// What the broker holds for the run's listeners, for a run that stalled: per Kafka partition
-    /// the group's committed offset and the high watermark, or the RabbitMQ queue's ready
-    /// messages and consumers. Never fails: what cannot be read is said in the text.
-    fn describe(&self, names: &Names) -> impl Future<Output = String> + Send;
+    /// the group's committed offset and the high watermark, and where in the topic the `lost`
+    /// events are (if anywhere); or the RabbitMQ queue's ready messages and consumers. Never
+    /// fails: what cannot be read is said in the text.
+    fn describe(&self, names: &Names, lost: &[Uuid]) -> impl Future<Output = String> + Send;
 
     /// Sends `messages` again through a sender of its own, as the relay does after a lost
     /// acknowledgement; fails unless the broker acknowledged every one.
@@ -181,8 +182,7 @@ impl Transport for KafkaTransport {
     /// that joins after the expiry gets a new generation and a fresh assignment. Apache Kafka
     /// waits for every listed member to rejoin instead; the delay is for the test broker only
     /// (docs/kafka.md).
-    const CONSUMER_DOWN_AT_LEAST: Duration =
-        Duration::from_millis(6_000).saturating_add(SESSION_EXPIRY_MARGIN);
+    const CONSUMER_DOWN_AT_LEAST: Duration = SESSION_TIMEOUT.saturating_add(SESSION_EXPIRY_MARGIN);
 
     fn from_variables(variable: &dyn Fn(&str) -> Option<String>) -> Option<Self> {
         variable(Self::VARIABLE).map(|bootstrap| Self { bootstrap })
@@ -212,7 +212,7 @@ impl Transport for KafkaTransport {
             .with_retry_backoff(RETRY_MIN, RETRY_MAX)
             // A member that died is noticed after this rather than librdkafka's 45 s, so its
             // partitions move to a live member while a run still waits for them.
-            .with_consumer_property("session.timeout.ms", SESSION_TIMEOUT_MS)
+            .with_consumer_property("session.timeout.ms", SESSION_TIMEOUT.as_millis().to_string())
             .with_consumer_property("heartbeat.interval.ms", HEARTBEAT_INTERVAL_MS);
         // A fresh group starts at the earliest offset, so nothing published before it joined is missed.
         let listener = KafkaListener::builder(config)
@@ -221,10 +221,16 @@ impl Transport for KafkaTransport {
         Ok(Listening::spawn(|shutdown| async move { listener.run(shutdown).await }))
     }
 
-    async fn describe(&self, names: &Names) -> String {
+    async fn describe(&self, names: &Names, lost: &[Uuid]) -> String {
         let (bootstrap, group, topic) =
             (self.bootstrap.clone(), names.consumer.clone(), names.destination.clone());
-        let read = tokio::task::spawn_blocking(move || kafka_positions(&bootstrap, &group, &topic)).await;
+        let lost = lost.to_vec();
+        let read = tokio::task::spawn_blocking(move || {
+            let positions = kafka_positions(&bootstrap, &group, &topic)?;
+            let found = find_in_topic(&bootstrap, &topic, &lost)?;
+            Ok::<_, oncebox::Error>(format!("{positions} {found}"))
+        })
+        .await;
         match read {
             Ok(Ok(text)) => text,
             Ok(Err(error)) => format!("the Kafka positions could not be read: {error}"),
@@ -332,7 +338,8 @@ impl Transport for RabbitTransport {
         Ok(listening)
     }
 
-    async fn describe(&self, names: &Names) -> String {
+    async fn describe(&self, names: &Names, _lost: &[Uuid]) -> String {
+        // The lost events are not searched: reading a queue's messages would consume them.
         let described = async {
             let connection = self.connection().await?;
             let channel =
@@ -435,6 +442,56 @@ fn kafka_positions(bootstrap: &str, group: &str, topic: &str) -> Result<String> 
         Err(error) => text.push_str(&format!(" the group could not be described: {error};")),
     }
     Ok(text)
+}
+
+/// Where the events `lost` are in `topic`: reads every partition from its start to its high
+/// watermark with a consumer outside any group and names the partition and offset of each copy,
+/// to tell an event the broker never stored from one the group skipped.
+fn find_in_topic(bootstrap: &str, topic: &str, lost: &[Uuid]) -> Result<String> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::{Headers as _, Message};
+    if lost.is_empty() {
+        return Ok(String::new());
+    }
+    let wanted: std::collections::HashSet<String> = lost.iter().map(Uuid::to_string).collect();
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", format!("oncebox_scan_{}", Uuid::now_v7().simple()))
+        .set("enable.auto.commit", "false")
+        .create()
+        .map_err(|error| plumbing("Kafka topic scanner", error))?;
+    let mut list = rdkafka::TopicPartitionList::new();
+    let mut remaining = 0;
+    for partition in 0..TOPIC_PARTITIONS {
+        let (_, high) = consumer
+            .fetch_watermarks(topic, partition, SET_UP)
+            .map_err(|error| plumbing("reading the watermarks", error))?;
+        remaining += high;
+        list.add_partition_offset(topic, partition, rdkafka::Offset::Beginning)
+            .map_err(|error| plumbing("the scan's partition list", error))?;
+    }
+    consumer.assign(&list).map_err(|error| plumbing("assigning the scan", error))?;
+    let (mut read, mut found) = (0_i64, Vec::new());
+    let deadline = std::time::Instant::now() + SET_UP;
+    while read < remaining && std::time::Instant::now() < deadline {
+        let Some(Ok(record)) = consumer.poll(Duration::from_millis(500)) else {
+            continue;
+        };
+        read += 1;
+        let id = record.headers().and_then(|headers| {
+            headers.iter().find(|header| header.key == "oncebox_event_id").and_then(|header| header.value)
+        });
+        if let Some(id) = id.and_then(|bytes| std::str::from_utf8(bytes).ok())
+            && wanted.contains(id)
+        {
+            found.push(format!("{id} at {}@{}", record.partition(), record.offset()));
+        }
+    }
+    Ok(format!(
+        "scanned {read} of {remaining} records for the {} lost events: {}",
+        lost.len(),
+        if found.is_empty() { "NONE is in the topic".to_owned() } else { found.join(", ") }
+    ))
 }
 
 /// Whether the broker serves a fetch of `topic`/`partition` from offset `from`: a consumer outside
