@@ -978,7 +978,8 @@ async fn drive<S: Store, T: Transport>(
         let ledger = read_ledger::<S>(dialect, run, &published).await?;
         let stalled = report(ledger, RelayStats::read_all(&run.dir)?, 0, faults);
         let lost: Vec<Uuid> = stalled.ledger.lost.iter().take(10).copied().collect();
-        let rows = outbox_rows(dialect, &lost).await;
+        // The publishers' dialect: it reads the run's outbox tables, not the default ones.
+        let rows = outbox_rows(&shared.0, &lost).await;
         let broker = transport.describe(names, &lost).await;
         return Err(plumbing(
             &format!("chaos {} {} (seed {seed})", profile.name, run.pair.name()),
