@@ -214,6 +214,12 @@ impl Transport for KafkaTransport {
             // partitions move to a live member while a run still waits for them.
             .with_consumer_property("session.timeout.ms", SESSION_TIMEOUT.as_millis().to_string())
             .with_consumer_property("heartbeat.interval.ms", HEARTBEAT_INTERVAL_MS);
+        // librdkafka's own debug contexts (`fetch`, `cgrp`, …) for a run being diagnosed; they reach
+        // the process log with `RUST_LOG=librdkafka=debug`.
+        let config = match std::env::var("ONCEBOX_KAFKA_DEBUG") {
+            Ok(contexts) if !contexts.trim().is_empty() => config.with_consumer_property("debug", contexts),
+            _ => config,
+        };
         // A fresh group starts at the earliest offset, so nothing published before it joined is missed.
         let listener = KafkaListener::builder(config)
             .on(event_type, move |event: KafkaEvent<Order>| handler(event.id, event.payload))
