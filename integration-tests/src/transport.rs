@@ -400,13 +400,8 @@ impl Transport for RabbitTransport {
 
 /// Per partition of `topic`: the offset `group` committed and the high watermark.
 fn kafka_positions(bootstrap: &str, group: &str, topic: &str) -> Result<String> {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .create()
-        .map_err(|error| plumbing("Kafka position reader", error))?;
+    use rdkafka::consumer::Consumer;
+    let consumer = reader(bootstrap, Some(group))?;
     let mut list = rdkafka::TopicPartitionList::new();
     for partition in 0..TOPIC_PARTITIONS {
         list.add_partition(topic, partition);
@@ -450,22 +445,28 @@ fn kafka_positions(bootstrap: &str, group: &str, topic: &str) -> Result<String> 
     Ok(text)
 }
 
+/// A Kafka consumer of a stalled run's diagnostics that commits nothing: in `group` to read its
+/// offsets, or in a fresh group of its own to read records without disturbing the run's.
+fn reader(bootstrap: &str, group: Option<&str>) -> Result<rdkafka::consumer::BaseConsumer> {
+    let group = group.map_or_else(|| format!("oncebox_diagnosis_{}", Uuid::now_v7().simple()), str::to_owned);
+    rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .map_err(|error| plumbing("Kafka diagnostics consumer", error))
+}
+
 /// Where the events `lost` are in `topic`: reads every partition from its start to its high
 /// watermark with a consumer outside any group and names the partition and offset of each copy,
 /// to tell an event the broker never stored from one the group skipped.
 fn find_in_topic(bootstrap: &str, topic: &str, lost: &[Uuid]) -> Result<String> {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    use rdkafka::message::{Headers as _, Message};
+    use rdkafka::consumer::Consumer;
     if lost.is_empty() {
         return Ok(String::new());
     }
-    let wanted: std::collections::HashSet<String> = lost.iter().map(Uuid::to_string).collect();
-    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", format!("oncebox_scan_{}", Uuid::now_v7().simple()))
-        .set("enable.auto.commit", "false")
-        .create()
-        .map_err(|error| plumbing("Kafka topic scanner", error))?;
+    let wanted: std::collections::HashSet<Uuid> = lost.iter().copied().collect();
+    let consumer = reader(bootstrap, None)?;
     let mut list = rdkafka::TopicPartitionList::new();
     let mut remaining = 0;
     for partition in 0..TOPIC_PARTITIONS {
@@ -484,13 +485,10 @@ fn find_in_topic(bootstrap: &str, topic: &str, lost: &[Uuid]) -> Result<String> 
             continue;
         };
         read += 1;
-        let id = record.headers().and_then(|headers| {
-            headers.iter().find(|header| header.key == "oncebox_event_id").and_then(|header| header.value)
-        });
-        if let Some(id) = id.and_then(|bytes| std::str::from_utf8(bytes).ok())
-            && wanted.contains(id)
+        if let Ok(event) = oncebox::kafka::decode_record(&record.detach())
+            && wanted.contains(&event.id)
         {
-            found.push(format!("{id} at {}@{}", record.partition(), record.offset()));
+            found.push(format!("{} at {}@{}", event.id, event.source.partition, event.source.offset));
         }
     }
     Ok(format!(
@@ -504,15 +502,11 @@ fn find_in_topic(bootstrap: &str, topic: &str, lost: &[Uuid]) -> Result<String> 
 /// any group asks for it and reports the first record it gets, to tell a partition the group no
 /// longer fetches from one the broker does not serve from there.
 fn probe_fetch(bootstrap: &str, topic: &str, partition: i32, from: i64) -> String {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::consumer::Consumer;
     use rdkafka::message::Message;
-    let created: std::result::Result<BaseConsumer, _> = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", format!("oncebox_probe_{}", Uuid::now_v7().simple()))
-        .set("enable.auto.commit", "false")
-        .create();
-    let Ok(consumer) = created else {
-        return "no probe consumer".to_owned();
+    let consumer = match reader(bootstrap, None) {
+        Ok(consumer) => consumer,
+        Err(error) => return format!("no probe consumer: {error}"),
     };
     let mut list = rdkafka::TopicPartitionList::new();
     if list.add_partition_offset(topic, partition, rdkafka::Offset::Offset(from)).is_err()
