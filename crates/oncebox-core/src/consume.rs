@@ -106,12 +106,13 @@ pub struct EventHeaders {
 }
 
 impl EventHeaders {
-    /// Reads the headers of the message at `place` (`"record orders/2@41"`, `"queue 'billing'"`),
+    /// Reads the headers of the message at `place` (`"record orders/2@41"`, `"queue 'billing'"`;
+    /// formatted only for an error, so `format_args!` costs nothing per message),
     /// given as names with their value when it is text (`None` for a value that is not: binary,
     /// or a number). A missing `oncebox_event_id`, or one that is not text or not a UUID, is an
     /// [`ErrorKind::Decode`] error naming the header and `place`.
     pub fn decode<'a>(
-        place: &str,
+        place: impl fmt::Display,
         entries: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
     ) -> Result<Self> {
         let mut id: Option<Option<&str>> = None;

@@ -256,13 +256,13 @@ fn decode_error(message: String) -> Error {
 /// `oncebox_event_id`, or a missing `oncebox_event_type`, is a [`ErrorKind::Decode`] error naming
 /// the header.
 pub fn decode_record(record: &OwnedMessage) -> Result<KafkaEvent<Vec<u8>>> {
-    let place = format!("record {}/{}@{}", record.topic(), record.partition(), record.offset());
+    let place = format_args!("record {}/{}@{}", record.topic(), record.partition(), record.offset());
     let entries = record
         .headers()
         .into_iter()
         .flat_map(|list| list.iter())
         .map(|Header { key, value }| (key, value.and_then(|bytes| std::str::from_utf8(bytes).ok())));
-    let headers = EventHeaders::decode(&place, entries)?;
+    let headers = EventHeaders::decode(place, entries)?;
     let Some(event_type) = headers.event_type.clone() else {
         return Err(Error::new(
             ErrorKind::Decode,

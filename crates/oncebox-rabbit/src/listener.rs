@@ -206,7 +206,8 @@ fn header_number(value: &AMQPValue) -> Option<u64> {
 /// Decodes the `oncebox_*` headers of a delivery; a missing or malformed event id is a decode error.
 /// The broker's own `x-` headers are left out of the user's headers.
 pub fn decode_delivery(delivery: &Delivery) -> Result<RabbitEvent<Vec<u8>>> {
-    let place = format!("the message on '{}' (routing key '{}')", delivery.exchange, delivery.routing_key);
+    let place =
+        format_args!("the message on '{}' (routing key '{}')", delivery.exchange, delivery.routing_key);
     let texts: Vec<(&str, Option<String>)> = delivery
         .properties
         .headers()
@@ -215,7 +216,7 @@ pub fn decode_delivery(delivery: &Delivery) -> Result<RabbitEvent<Vec<u8>>> {
         .filter(|(name, _)| !name.as_str().starts_with("x-"))
         .map(|(name, value)| (name.as_str(), header_text(value)))
         .collect();
-    let headers = EventHeaders::decode(&place, texts.iter().map(|(name, value)| (*name, value.as_deref())))?;
+    let headers = EventHeaders::decode(place, texts.iter().map(|(name, value)| (*name, value.as_deref())))?;
     let event_type = headers.event_type.clone().unwrap_or_else(|| delivery.routing_key.as_str().to_owned());
     let source = RabbitSource {
         exchange: delivery.exchange.as_str().to_owned(),
