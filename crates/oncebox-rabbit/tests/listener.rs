@@ -64,8 +64,12 @@ async fn a_poison_message_is_rejected_to_the_dead_letter_exchange(
     fixture.publish_raw(FieldTable::default(), b"{\"index\":4}").await?;
     let outcome = fixture.next_outcome().await?;
     match &outcome {
-        ListenerOutcome::DeadLettered { id: None, reason, .. } => {
+        ListenerOutcome::DeadLettered { id: None, reason, to } => {
             assert!(reason.contains("decode error") && reason.contains("oncebox_event_id"), "{reason}");
+            // Declared by the listener: the exchange by name; declared elsewhere: the queue's.
+            let named = format!("exchange '{}'", fixture.dead_letter_exchange);
+            let queue = format!("the dead-letter exchange of queue '{}'", fixture.queue);
+            assert!(*to == named || *to == queue, "{to}");
         }
         other => return Err(fail(format!("a message without an event id was not rejected: {other:?}"))),
     }
