@@ -1,1 +1,1 @@
-DELETE FROM {events} WHERE id IN ({ids})
+DELETE FROM {events} WHERE id IN (?1)

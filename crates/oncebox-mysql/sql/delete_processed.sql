@@ -1,5 +1,5 @@
--- Deletes PROCESSED rows last updated more than ? microseconds ago, oldest first and at most ?.
+-- Deletes PROCESSED rows last updated more than ?1 microseconds ago, oldest first and at most ?2.
 DELETE FROM {events}
-WHERE status = 'PROCESSED' AND updated_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+WHERE status = 'PROCESSED' AND updated_at <= UTC_TIMESTAMP(6) - INTERVAL ?1 MICROSECOND
 ORDER BY updated_at, id
-LIMIT ?
+LIMIT ?2

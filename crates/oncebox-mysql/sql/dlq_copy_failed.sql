@@ -9,4 +9,4 @@ SELECT id, event_type, payload, payload_type, headers, partition_key, status, at
        next_retry_at, claim_token, created_at, updated_at, processed_at, last_error,
        'MOVED', UTC_TIMESTAMP(6)
 FROM {events}
-WHERE id IN ({ids})
+WHERE id IN (?1)

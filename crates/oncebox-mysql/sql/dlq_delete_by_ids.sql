@@ -1,2 +1,2 @@
 DELETE FROM {dlq}
-WHERE dlq_status <> 'IN_PROCESS' AND id IN ({ids})
+WHERE dlq_status <> 'IN_PROCESS' AND id IN (?1)

@@ -1,2 +1,2 @@
 DELETE FROM {dlq}
-WHERE dlq_status <> 'IN_PROCESS' AND event_type = ?
+WHERE dlq_status <> 'IN_PROCESS' AND event_type = ?1

@@ -1,2 +1,2 @@
-UPDATE {dlq} SET dlq_status = ?, updated_at = UTC_TIMESTAMP(6)
-WHERE dlq_status <> 'IN_PROCESS' AND event_type = ?
+UPDATE {dlq} SET dlq_status = ?1, updated_at = UTC_TIMESTAMP(6)
+WHERE dlq_status <> 'IN_PROCESS' AND event_type = ?2

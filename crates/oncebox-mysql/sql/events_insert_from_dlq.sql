@@ -7,4 +7,4 @@ REPLACE INTO {events} (
 SELECT id, event_type, payload, payload_type, headers, partition_key, 'PENDING', 0,
        UTC_TIMESTAMP(6), NULL, created_at, UTC_TIMESTAMP(6), NULL, last_error
 FROM {dlq}
-WHERE id IN ({ids})
+WHERE id IN (?1)

@@ -1,3 +1,3 @@
--- Which of the listed ids are recorded for consumer ?.
+-- Which of the listed ids are recorded for consumer ?1.
 SELECT id FROM {consumed}
-WHERE consumer = ? AND id IN ({ids})
+WHERE consumer = ?1 AND id IN (?2)

@@ -1,1 +1,1 @@
-DELETE FROM {consumed} WHERE consumer = ? AND id = ?
+DELETE FROM {consumed} WHERE consumer = ?1 AND id = ?2

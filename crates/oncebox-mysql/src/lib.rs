@@ -59,15 +59,9 @@
 #![deny(missing_docs)]
 
 mod config;
-mod dlq;
 mod error;
-mod ids;
-mod inbox;
-mod lock;
-mod outbox;
+mod queries;
 mod row;
-mod statements;
-mod time;
 mod writer;
 
 use std::sync::Arc;
@@ -77,14 +71,35 @@ use oncebox_core::{Dialect, DlqDao, Error, InboxDao, JobLock, OutboxDao, Result,
 use sqlx::MySqlPool;
 
 pub use config::{DEFAULT_MAX_CONNECTIONS, SESSION_SETUP, ServerVersion, connect_options, pool_options};
-pub use dlq::MySqlDlqDao;
-pub use inbox::MySqlInboxDao;
-pub use lock::MySqlJobLock;
-pub use outbox::MySqlOutboxDao;
+use oncebox_sqlx::{SqlxDlqDao, SqlxInboxDao, SqlxJobLock, SqlxOutboxDao};
+pub use queries::MySqlQueries;
 pub use writer::MySqlWriter;
 
 use crate::error::SqlxResultExt;
-use crate::statements::{ADD_RECOVERIES, Statements};
+use crate::queries::ADD_RECOVERIES;
+
+/// [`OutboxDao`] for MySQL and MariaDB. There is no `UPDATE … RETURNING` and no
+/// `UPDATE … WHERE id IN (SELECT … LIMIT n)`, so a claim is one short transaction of two
+/// statements: `SELECT … FOR UPDATE SKIP LOCKED` on the claim index, then `UPDATE … WHERE id IN`.
+/// Locks last only for that transaction, never while the broker is called. A settle is one
+/// transaction too, fenced by the claim token, so a retried settle never sees half of an earlier
+/// attempt.
+pub type MySqlOutboxDao = SqlxOutboxDao<MySqlQueries>;
+
+/// [`DlqDao`] for MySQL and MariaDB. Each transfer is one transaction: the source rows are locked
+/// with `FOR UPDATE SKIP LOCKED`, copied with `REPLACE INTO … SELECT` and deleted, so a row is in
+/// exactly one of the two tables at every commit and concurrent transfers never take the same row.
+pub type MySqlDlqDao = SqlxDlqDao<MySqlQueries>;
+
+/// [`InboxDao`] for MySQL and MariaDB: a record is a plain `INSERT`, and only the duplicate-key
+/// error on the primary key `(consumer, id)` means "already recorded", so two instances racing on
+/// the same id agree on which was first and every other failure still surfaces.
+pub type MySqlInboxDao = SqlxInboxDao<MySqlQueries>;
+
+/// [`JobLock`] for MySQL and MariaDB: taking a lease updates the job's row only when its lease has
+/// run out on `UTC_TIMESTAMP(6)`, or inserts the row when there is none; of several instances
+/// trying at once exactly one succeeds, whatever their own clocks say.
+pub type MySqlJobLock = SqlxJobLock<MySqlQueries>;
 
 /// The named lock that serializes schema creation across instances.
 const SCHEMA_LOCK: &str = "oncebox_create_schema";
@@ -96,12 +111,12 @@ const SCHEMA_LOCK_WAIT_SECONDS: i64 = 60;
 #[derive(Clone)]
 pub struct MySqlDialect {
     pool: MySqlPool,
-    statements: Arc<Statements>,
+    queries: Arc<MySqlQueries>,
 }
 
 impl std::fmt::Debug for MySqlDialect {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MySqlDialect").field("tables", &self.statements.tables).finish()
+        f.debug_struct("MySqlDialect").field("tables", self.queries.tables()).finish()
     }
 }
 
@@ -110,7 +125,7 @@ impl MySqlDialect {
     /// [`pool_options`] so its sessions run at READ COMMITTED; [`check_server`](Self::check_server)
     /// warns when they do not.
     pub fn new(pool: MySqlPool) -> Self {
-        Self { pool, statements: Statements::new(&TableNames::default()) }
+        Self { pool, queries: MySqlQueries::new(&TableNames::default()) }
     }
 
     /// Connects to a `mysql://` (or `mariadb://`) URL with [`pool_options`], then checks the server
@@ -143,27 +158,27 @@ impl MySqlDialect {
 
     /// The table names in use.
     pub fn tables(&self) -> &TableNames {
-        &self.statements.tables
+        self.queries.tables()
     }
 
     /// The outbox DAO as its concrete type.
     pub fn mysql_outbox_dao(&self) -> MySqlOutboxDao {
-        MySqlOutboxDao::new(self.pool.clone(), self.statements.clone())
+        MySqlOutboxDao::new(self.pool.clone(), self.queries.clone())
     }
 
     /// The DLQ DAO as its concrete type.
     pub fn mysql_dlq_dao(&self) -> MySqlDlqDao {
-        MySqlDlqDao::new(self.pool.clone(), self.statements.clone())
+        MySqlDlqDao::new(self.pool.clone(), self.queries.clone())
     }
 
     /// The inbox DAO as its concrete type.
     pub fn mysql_inbox_dao(&self) -> MySqlInboxDao {
-        MySqlInboxDao::new(self.pool.clone(), self.statements.clone())
+        MySqlInboxDao::new(self.pool.clone(), self.queries.clone())
     }
 
     /// The job lock as its concrete type.
     pub fn mysql_job_lock(&self) -> MySqlJobLock {
-        MySqlJobLock::new(self.pool.clone(), self.statements.clone())
+        MySqlJobLock::new(self.pool.clone(), self.queries.clone())
     }
 
     /// Runs the planned DDL on `connection`, which holds the schema lock.
@@ -174,7 +189,7 @@ impl MySqlDialect {
         context: &str,
     ) -> Result<()> {
         let wanted = [plan.outbox, plan.dlq, plan.inbox, plan.jobs];
-        for (ddl, wanted) in self.statements.schema.iter().zip(wanted) {
+        for (ddl, wanted) in self.queries.schema.iter().zip(wanted) {
             if wanted {
                 sqlx::raw_sql(ddl.clone()).execute(&mut *connection).await.context(context)?;
             }
@@ -182,7 +197,7 @@ impl MySqlDialect {
         // Tables created before `recoveries` existed get it, once: MySQL 8 has no
         // ADD COLUMN IF NOT EXISTS.
         if plan.outbox && !self.events_have_recoveries(connection).await? {
-            let ddl = self.statements.schema[ADD_RECOVERIES].clone();
+            let ddl = self.queries.schema[ADD_RECOVERIES].clone();
             sqlx::raw_sql(ddl).execute(&mut *connection).await.context(context)?;
         }
         Ok(())
@@ -190,8 +205,8 @@ impl MySqlDialect {
 
     /// Whether the outbox table already has the `recoveries` column.
     async fn events_have_recoveries(&self, connection: &mut sqlx::MySqlConnection) -> Result<bool> {
-        let (columns,): (i64,) = sqlx::query_as(self.statements.events_have_recoveries.clone())
-            .bind(self.statements.tables.events())
+        let (columns,): (i64,) = sqlx::query_as(self.queries.events_have_recoveries.clone())
+            .bind(self.queries.tables().events())
             .fetch_one(&mut *connection)
             .await
             .context("checking the outbox table's columns")?;
@@ -208,7 +223,7 @@ impl Dialect for MySqlDialect {
     }
 
     fn use_tables(&mut self, tables: &TableNames) {
-        self.statements = Statements::new(tables);
+        self.queries = MySqlQueries::new(tables);
     }
 
     async fn create_schema(&self, plan: SchemaPlan) -> Result<()> {
@@ -259,7 +274,7 @@ impl Dialect for MySqlDialect {
     }
 
     fn writer(&self) -> MySqlWriter {
-        MySqlWriter::new(self.statements.clone())
+        MySqlWriter::new(self.queries.clone())
     }
 }
 

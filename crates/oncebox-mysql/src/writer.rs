@@ -7,8 +7,8 @@ use sqlx::{MySql, Transaction};
 use uuid::Uuid;
 
 use crate::error::SqlxResultExt;
-use crate::inbox;
-use crate::statements::{INSERT_CHUNK_BYTES, INSERT_CHUNK_ROWS, Statements};
+use crate::queries::{INSERT_CHUNK_BYTES, INSERT_CHUNK_ROWS, MySqlQueries};
+use oncebox_sqlx::Queries;
 
 /// Writes outbox rows and inbox records into a caller's `sqlx::Transaction<'_, MySql>`. It never
 /// begins or commits: the rows become visible when the caller commits, and vanish on rollback.
@@ -25,12 +25,12 @@ use crate::statements::{INSERT_CHUNK_BYTES, INSERT_CHUNK_ROWS, Statements};
 /// Obtained from [`MySqlDialect::writer`](oncebox_core::Dialect::writer); cheap to clone.
 #[derive(Clone)]
 pub struct MySqlWriter {
-    statements: Arc<Statements>,
+    statements: Arc<MySqlQueries>,
 }
 
 impl std::fmt::Debug for MySqlWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MySqlWriter").field("tables", &self.statements.tables).finish()
+        f.debug_struct("MySqlWriter").field("tables", self.statements.tables()).finish()
     }
 }
 
@@ -57,7 +57,7 @@ pub(crate) fn insert_chunks(events: &[NewOutboxEvent]) -> Vec<&[NewOutboxEvent]>
 }
 
 impl MySqlWriter {
-    pub(crate) fn new(statements: Arc<Statements>) -> Self {
+    pub(crate) fn new(statements: Arc<MySqlQueries>) -> Self {
         Self { statements }
     }
 }
@@ -84,7 +84,7 @@ impl<'t, 'c> OutboxWriter<&'t mut Transaction<'c, MySql>> for MySqlWriter {
 
 impl<'c> InboxWriter<Transaction<'c, MySql>> for MySqlWriter {
     async fn record(&self, tx: &mut Transaction<'c, MySql>, consumer: &str, id: Uuid) -> Result<bool> {
-        inbox::record(&self.statements, tx, consumer, id).await
+        self.statements.record_on(tx, consumer, id).await
     }
 
     async fn record_many(
@@ -93,7 +93,7 @@ impl<'c> InboxWriter<Transaction<'c, MySql>> for MySqlWriter {
         consumer: &str,
         ids: &[Uuid],
     ) -> Result<Vec<Uuid>> {
-        inbox::record_many(&self.statements, tx, consumer, ids).await
+        self.statements.record_many_on(tx, consumer, ids).await
     }
 }
 
@@ -167,7 +167,7 @@ mod mysql_async_writer {
             ids: &[Uuid],
         ) -> Result<Vec<Uuid>> {
             let mut new = Vec::new();
-            for id in crate::ids::distinct(ids) {
+            for id in crate::queries::distinct(ids) {
                 if record_one(self, tx, consumer, id).await? {
                     new.push(id);
                 }

@@ -52,14 +52,9 @@
 #![deny(missing_docs)]
 
 mod config;
-mod dlq;
 mod error;
-mod inbox;
-mod lock;
-mod outbox;
+mod queries;
 mod row;
-mod statements;
-mod time;
 mod wake;
 mod writer;
 
@@ -72,15 +67,31 @@ use oncebox_core::{
 use sqlx::PgPool;
 
 pub use config::{DEFAULT_MAX_CONNECTIONS, connect_options};
-pub use dlq::PgDlqDao;
-pub use inbox::PgInboxDao;
-pub use lock::PgJobLock;
-pub use outbox::PgOutboxDao;
+use oncebox_sqlx::{SqlxDlqDao, SqlxInboxDao, SqlxJobLock, SqlxOutboxDao, SqlxResultExt};
+pub use queries::PgQueries;
 pub use wake::PgWakeSource;
 pub use writer::PgWriter;
 
-use crate::error::SqlxResultExt;
-use crate::statements::Statements;
+/// [`OutboxDao`] for PostgreSQL. A claim is one `UPDATE … FROM (SELECT … FOR UPDATE SKIP LOCKED)`
+/// statement, so any number of instances claim from one table without ever sharing a row and
+/// without holding locks while the broker is called; a settle is one `UPDATE … WHERE id = ANY(…)`
+/// when every event was delivered and one `UPDATE … FROM UNNEST(…)` otherwise, guarded by the claim
+/// token.
+pub type PgOutboxDao = SqlxOutboxDao<PgQueries>;
+
+/// [`DlqDao`] for PostgreSQL. Each transfer is one statement whose CTEs lock the rows
+/// (`FOR UPDATE SKIP LOCKED`), delete them from one table and insert them into the other, so a row
+/// is in exactly one of the two tables at every commit and concurrent transfers never collide.
+pub type PgDlqDao = SqlxDlqDao<PgQueries>;
+
+/// [`InboxDao`] for PostgreSQL: records are `INSERT … ON CONFLICT DO NOTHING`, so a duplicate is
+/// detected by the primary key, also between instances racing on the same id.
+pub type PgInboxDao = SqlxInboxDao<PgQueries>;
+
+/// [`JobLock`] for PostgreSQL: taking a lease is one upsert that only changes the row when the
+/// current lease has run out on `clock_timestamp()`, so of several instances trying at once exactly
+/// one succeeds, whatever their own clocks say.
+pub type PgJobLock = SqlxJobLock<PgQueries>;
 
 /// The advisory lock key that serializes schema creation across instances (any value works as
 /// long as every oncebox instance uses the same one; this is "oncebox" in ASCII).
@@ -91,14 +102,14 @@ const SCHEMA_LOCK_KEY: i64 = 0x006f_6e63_6562_6f78;
 #[derive(Clone)]
 pub struct PgDialect {
     pool: PgPool,
-    statements: Arc<Statements>,
+    queries: Arc<PgQueries>,
     wake_ups: bool,
 }
 
 impl std::fmt::Debug for PgDialect {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PgDialect")
-            .field("tables", &self.statements.tables)
+            .field("tables", self.queries.tables())
             .field("wake_ups", &self.wake_ups)
             .finish()
     }
@@ -107,7 +118,7 @@ impl std::fmt::Debug for PgDialect {
 impl PgDialect {
     /// A dialect over an existing pool, with the default table names and wake-ups on.
     pub fn new(pool: PgPool) -> Self {
-        Self { pool, statements: Statements::new(&TableNames::default()), wake_ups: true }
+        Self { pool, queries: PgQueries::new(&TableNames::default()), wake_ups: true }
     }
 
     /// Connects to a `postgres://` URL with a pool of at most [`DEFAULT_MAX_CONNECTIONS`].
@@ -137,37 +148,37 @@ impl PgDialect {
 
     /// The table names in use.
     pub fn tables(&self) -> &TableNames {
-        &self.statements.tables
+        self.queries.tables()
     }
 
     /// The NOTIFY channel of these tables (`<prefix>oncebox_wake_ups`).
     pub fn channel(&self) -> &str {
-        &self.statements.channel
+        &self.queries.channel
     }
 
     /// The outbox DAO as its concrete type.
     pub fn pg_outbox_dao(&self) -> PgOutboxDao {
-        PgOutboxDao::new(self.pool.clone(), self.statements.clone())
+        PgOutboxDao::new(self.pool.clone(), self.queries.clone())
     }
 
     /// The DLQ DAO as its concrete type.
     pub fn pg_dlq_dao(&self) -> PgDlqDao {
-        PgDlqDao::new(self.pool.clone(), self.statements.clone())
+        PgDlqDao::new(self.pool.clone(), self.queries.clone())
     }
 
     /// The inbox DAO as its concrete type.
     pub fn pg_inbox_dao(&self) -> PgInboxDao {
-        PgInboxDao::new(self.pool.clone(), self.statements.clone())
+        PgInboxDao::new(self.pool.clone(), self.queries.clone())
     }
 
     /// The job lock as its concrete type.
     pub fn pg_job_lock(&self) -> PgJobLock {
-        PgJobLock::new(self.pool.clone(), self.statements.clone())
+        PgJobLock::new(self.pool.clone(), self.queries.clone())
     }
 
     /// The wake-up source as its concrete type, whether or not wake-ups are on.
     pub async fn pg_wake_source(&self) -> Result<PgWakeSource> {
-        PgWakeSource::connect(&self.pool, &self.statements.channel).await
+        PgWakeSource::connect(&self.pool, &self.queries.channel).await
     }
 }
 
@@ -180,19 +191,19 @@ impl Dialect for PgDialect {
     }
 
     fn use_tables(&mut self, tables: &TableNames) {
-        self.statements = Statements::new(tables);
+        self.queries = PgQueries::new(tables);
     }
 
     async fn create_schema(&self, plan: SchemaPlan) -> Result<()> {
         let context = "creating the oncebox tables";
         let parts = [
-            (plan.outbox, &self.statements.schema_events),
+            (plan.outbox, &self.queries.schema_events),
             // Idempotent (adds the column only when the catalog lacks it): also upgrades tables
             // made before it existed, without locking the table when there is nothing to do.
-            (plan.outbox, &self.statements.schema_events_recoveries),
-            (plan.dlq, &self.statements.schema_dlq),
-            (plan.inbox, &self.statements.schema_consumed),
-            (plan.jobs, &self.statements.schema_jobs),
+            (plan.outbox, &self.queries.schema_events_recoveries),
+            (plan.dlq, &self.queries.schema_dlq),
+            (plan.inbox, &self.queries.schema_consumed),
+            (plan.jobs, &self.queries.schema_jobs),
         ];
         // PostgreSQL DDL is transactional, but two sessions running `CREATE … IF NOT EXISTS` for
         // the same name at once can still collide on the catalog's unique indexes. The advisory
@@ -230,7 +241,7 @@ impl Dialect for PgDialect {
     }
 
     fn writer(&self) -> PgWriter {
-        PgWriter::new(self.statements.clone(), self.wake_ups)
+        PgWriter::new(self.queries.clone(), self.wake_ups)
     }
 
     async fn wake_source(&self) -> Result<Option<Box<dyn WakeSource>>> {

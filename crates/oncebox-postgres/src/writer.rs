@@ -7,8 +7,8 @@ use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
 use crate::error::SqlxResultExt;
-use crate::inbox;
-use crate::statements::Statements;
+use crate::queries::PgQueries;
+use oncebox_sqlx::Queries;
 
 /// Writes outbox rows and inbox records into a caller's `sqlx::Transaction<'_, Postgres>`. It never
 /// begins or commits: the rows become visible when the caller commits, and vanish on rollback.
@@ -25,14 +25,14 @@ use crate::statements::Statements;
 /// Obtained from [`PgDialect::writer`](oncebox_core::Dialect::writer); cheap to clone.
 #[derive(Clone)]
 pub struct PgWriter {
-    statements: Arc<Statements>,
+    statements: Arc<PgQueries>,
     notify: bool,
 }
 
 impl std::fmt::Debug for PgWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PgWriter")
-            .field("tables", &self.statements.tables)
+            .field("tables", self.statements.tables())
             .field("notify", &self.notify)
             .finish()
     }
@@ -72,7 +72,7 @@ impl<'e> InsertArrays<'e> {
 }
 
 impl PgWriter {
-    pub(crate) fn new(statements: Arc<Statements>, notify: bool) -> Self {
+    pub(crate) fn new(statements: Arc<PgQueries>, notify: bool) -> Self {
         Self { statements, notify }
     }
 
@@ -116,7 +116,7 @@ impl<'t, 'c> OutboxWriter<&'t mut Transaction<'c, Postgres>> for PgWriter {
 
 impl<'c> InboxWriter<Transaction<'c, Postgres>> for PgWriter {
     async fn record(&self, tx: &mut Transaction<'c, Postgres>, consumer: &str, id: Uuid) -> Result<bool> {
-        inbox::record(&self.statements, tx, consumer, id).await
+        self.statements.record_on(tx, consumer, id).await
     }
 
     async fn record_many(
@@ -125,7 +125,10 @@ impl<'c> InboxWriter<Transaction<'c, Postgres>> for PgWriter {
         consumer: &str,
         ids: &[Uuid],
     ) -> Result<Vec<Uuid>> {
-        inbox::record_many(&self.statements, tx, consumer, ids).await
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.statements.record_many_on(tx, consumer, ids).await
     }
 }
 

@@ -42,13 +42,9 @@
 #![deny(missing_docs)]
 
 mod config;
-mod dlq;
 mod error;
-mod inbox;
-mod lock;
-mod outbox;
+mod queries;
 mod row;
-mod statements;
 mod time;
 mod writer;
 
@@ -59,25 +55,35 @@ use oncebox_core::{Dialect, DlqDao, InboxDao, JobLock, OutboxDao, Result, Schema
 use sqlx::SqlitePool;
 
 pub use config::{DEFAULT_BUSY_TIMEOUT, connect_options};
-pub use dlq::SqliteDlqDao;
-pub use inbox::SqliteInboxDao;
-pub use lock::SqliteJobLock;
-pub use outbox::SqliteOutboxDao;
+use oncebox_sqlx::{SqlxDlqDao, SqlxInboxDao, SqlxJobLock, SqlxOutboxDao, SqlxResultExt};
+pub use queries::SqliteQueries;
 pub use writer::SqliteWriter;
 
-use crate::error::SqlxResultExt;
-use crate::statements::Statements;
+/// [`OutboxDao`] for SQLite. Claims run in `BEGIN IMMEDIATE` transactions: SQLite has one writer at
+/// a time, so a claim holds the write lock from its first read and no two claimers see the same row.
+pub type SqliteOutboxDao = SqlxOutboxDao<SqliteQueries>;
+
+/// [`DlqDao`] for SQLite. Both transfers run in one `BEGIN IMMEDIATE` transaction each, so a row
+/// is in exactly one of the two tables at every commit.
+pub type SqliteDlqDao = SqlxDlqDao<SqliteQueries>;
+
+/// [`InboxDao`] for SQLite: each call is one autocommitted statement.
+pub type SqliteInboxDao = SqlxInboxDao<SqliteQueries>;
+
+/// [`JobLock`] for SQLite: taking a lease is one upsert that only changes the row when the current
+/// lease has run out, so of several instances trying at once exactly one succeeds.
+pub type SqliteJobLock = SqlxJobLock<SqliteQueries>;
 
 /// Everything oncebox needs from a SQLite database: the DAOs, the writer and auto-create.
 #[derive(Clone)]
 pub struct SqliteDialect {
     pool: SqlitePool,
-    statements: Arc<Statements>,
+    queries: Arc<SqliteQueries>,
 }
 
 impl std::fmt::Debug for SqliteDialect {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqliteDialect").field("tables", &self.statements.tables).finish()
+        f.debug_struct("SqliteDialect").field("tables", self.queries.tables()).finish()
     }
 }
 
@@ -87,7 +93,7 @@ impl SqliteDialect {
     /// For concurrent claims the pool's connections should have a busy timeout (SQLite's default
     /// is to fail at once when another connection writes); [`connect`](Self::connect) sets one.
     pub fn new(pool: SqlitePool) -> Self {
-        Self { pool, statements: Statements::new(&TableNames::default()) }
+        Self { pool, queries: SqliteQueries::new(&TableNames::default()) }
     }
 
     /// Opens (and creates when missing) the database at a `sqlite:` URL or a file path, in WAL mode
@@ -114,27 +120,27 @@ impl SqliteDialect {
 
     /// The table names in use.
     pub fn tables(&self) -> &TableNames {
-        &self.statements.tables
+        self.queries.tables()
     }
 
     /// The outbox DAO as its concrete type.
     pub fn sqlite_outbox_dao(&self) -> SqliteOutboxDao {
-        SqliteOutboxDao::new(self.pool.clone(), self.statements.clone())
+        SqliteOutboxDao::new(self.pool.clone(), self.queries.clone())
     }
 
     /// The DLQ DAO as its concrete type.
     pub fn sqlite_dlq_dao(&self) -> SqliteDlqDao {
-        SqliteDlqDao::new(self.pool.clone(), self.statements.clone())
+        SqliteDlqDao::new(self.pool.clone(), self.queries.clone())
     }
 
     /// The inbox DAO as its concrete type.
     pub fn sqlite_inbox_dao(&self) -> SqliteInboxDao {
-        SqliteInboxDao::new(self.pool.clone(), self.statements.clone())
+        SqliteInboxDao::new(self.pool.clone(), self.queries.clone())
     }
 
     /// The job lock as its concrete type.
     pub fn sqlite_job_lock(&self) -> SqliteJobLock {
-        SqliteJobLock::new(self.pool.clone(), self.statements.clone())
+        SqliteJobLock::new(self.pool.clone(), self.queries.clone())
     }
 }
 
@@ -147,16 +153,16 @@ impl Dialect for SqliteDialect {
     }
 
     fn use_tables(&mut self, tables: &TableNames) {
-        self.statements = Statements::new(tables);
+        self.queries = SqliteQueries::new(tables);
     }
 
     async fn create_schema(&self, plan: SchemaPlan) -> Result<()> {
         let context = "creating the oncebox tables";
         let parts = [
-            (plan.outbox, &self.statements.schema_events),
-            (plan.dlq, &self.statements.schema_dlq),
-            (plan.inbox, &self.statements.schema_consumed),
-            (plan.jobs, &self.statements.schema_jobs),
+            (plan.outbox, &self.queries.schema_events),
+            (plan.dlq, &self.queries.schema_dlq),
+            (plan.inbox, &self.queries.schema_consumed),
+            (plan.jobs, &self.queries.schema_jobs),
         ];
         // SQLite DDL is transactional: either every planned table exists afterwards, or none changed.
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.context(context)?;
@@ -167,13 +173,13 @@ impl Dialect for SqliteDialect {
         }
         if plan.outbox {
             // Tables created before `recoveries` existed get it; SQLite has no ADD COLUMN IF NOT EXISTS.
-            let (columns,): (i64,) = sqlx::query_as(self.statements.events_have_recoveries.clone())
-                .bind(self.statements.tables.events())
+            let (columns,): (i64,) = sqlx::query_as(self.queries.events_have_recoveries.clone())
+                .bind(self.queries.tables().events())
                 .fetch_one(&mut *tx)
                 .await
                 .context(context)?;
             if columns == 0 {
-                sqlx::raw_sql(self.statements.schema_events_recoveries.clone())
+                sqlx::raw_sql(self.queries.schema_events_recoveries.clone())
                     .execute(&mut *tx)
                     .await
                     .context(context)?;
@@ -199,7 +205,7 @@ impl Dialect for SqliteDialect {
     }
 
     fn writer(&self) -> SqliteWriter {
-        SqliteWriter::new(self.statements.clone())
+        SqliteWriter::new(self.queries.clone())
     }
 }
 

@@ -2,21 +2,13 @@
 //! and the decoding of ids read on their own.
 
 use oncebox_core::{Error, ErrorKind, Result};
-use oncebox_sqlx::RowFormat;
+use oncebox_sqlx::TextFormat;
 use sqlx::sqlite::SqliteRow;
 use uuid::Uuid;
 
 /// Everything as text (ids hyphenated, times RFC 3339 in UTC, headers JSON) except `attempts`, an
 /// `INTEGER`.
-pub(crate) struct SqliteRowFormat;
-
-impl RowFormat for SqliteRowFormat {
-    type Row = SqliteRow;
-    type Uuid = String;
-    type Timestamp = String;
-    type Attempts = i64;
-    type Headers = String;
-}
+pub(crate) type SqliteRowFormat = TextFormat<SqliteRow>;
 
 /// Parses an id column read on its own (inbox queries), naming the table on failure.
 pub(crate) fn decode_id(text: &str, table: &str) -> Result<Uuid> {

@@ -1,15 +1,14 @@
 //! The write side: outbox rows and inbox records inside the caller's open sqlx transaction.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use oncebox_core::{InboxWriter, NewOutboxEvent, OutboxWriter, Result};
+use oncebox_sqlx::Queries;
 use sqlx::{Sqlite, Transaction};
 use uuid::Uuid;
 
 use crate::error::SqlxResultExt;
-use crate::row::decode_id;
-use crate::statements::{INSERT_EVENT_BINDS, Statements};
+use crate::queries::{INSERT_EVENT_BINDS, SqliteQueries};
 
 /// SQLite's default limit on bound parameters in one statement (`SQLITE_MAX_VARIABLE_NUMBER`).
 const MAX_BINDS: usize = 32_766;
@@ -25,17 +24,17 @@ const CACHED_INSERT_ROWS: usize = 64;
 /// Obtained from [`SqliteDialect::writer`](oncebox_core::Dialect::writer); cheap to clone.
 #[derive(Clone)]
 pub struct SqliteWriter {
-    statements: Arc<Statements>,
+    statements: Arc<SqliteQueries>,
 }
 
 impl std::fmt::Debug for SqliteWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqliteWriter").field("tables", &self.statements.tables).finish()
+        f.debug_struct("SqliteWriter").field("tables", self.statements.tables()).finish()
     }
 }
 
 impl SqliteWriter {
-    pub(crate) fn new(statements: Arc<Statements>) -> Self {
+    pub(crate) fn new(statements: Arc<SqliteQueries>) -> Self {
         Self { statements }
     }
 }
@@ -64,13 +63,7 @@ impl<'t, 'c> OutboxWriter<&'t mut Transaction<'c, Sqlite>> for SqliteWriter {
 
 impl<'c> InboxWriter<Transaction<'c, Sqlite>> for SqliteWriter {
     async fn record(&self, tx: &mut Transaction<'c, Sqlite>, consumer: &str, id: Uuid) -> Result<bool> {
-        let result = sqlx::query(self.statements.inbox_record.clone())
-            .bind(consumer)
-            .bind(id.hyphenated())
-            .execute(&mut **tx)
-            .await
-            .context("recording a consumed event")?;
-        Ok(result.rows_affected() == 1)
+        self.statements.record_on(tx, consumer, id).await
     }
 
     async fn record_many(
@@ -79,29 +72,9 @@ impl<'c> InboxWriter<Transaction<'c, Sqlite>> for SqliteWriter {
         consumer: &str,
         ids: &[Uuid],
     ) -> Result<Vec<Uuid>> {
-        record_many(&self.statements, tx, consumer, ids).await
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.statements.record_many_on(tx, consumer, ids).await
     }
-}
-
-/// Records `ids` for `consumer` in one statement; returns the new ones in input order, each once.
-pub(crate) async fn record_many(
-    statements: &Statements,
-    connection: &mut sqlx::SqliteConnection,
-    consumer: &str,
-    ids: &[Uuid],
-) -> Result<Vec<Uuid>> {
-    if ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    let rows: Vec<(String,)> = sqlx::query_as(statements.inbox_record_many.clone())
-        .bind(consumer)
-        .bind(serde_json::to_string(ids)?)
-        .fetch_all(connection)
-        .await
-        .context("recording consumed events")?;
-    let table = statements.tables.consumed();
-    let mut new: HashSet<Uuid> =
-        rows.iter().map(|(text,)| decode_id(text, table)).collect::<Result<HashSet<Uuid>>>()?;
-    // `remove` keeps a duplicate in the input from being reported twice.
-    Ok(ids.iter().copied().filter(|id| new.remove(id)).collect())
 }

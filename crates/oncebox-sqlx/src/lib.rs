@@ -27,12 +27,17 @@
 
 #![deny(missing_docs)]
 
+mod dao;
 mod error;
 mod row;
+mod statement;
 mod time;
 
+pub use dao::{BoundQuery, Queries, SqlxDatabase, SqlxDlqDao, SqlxInboxDao, SqlxJobLock, SqlxOutboxDao};
 pub use error::{ServerErrors, SqlxResultExt, database_error};
 pub use row::{
-    DecodeRow, DecodedRows, NativeFormat, RowFormat, StoredValue, count, parse_status, status_counts,
+    DecodeRow, DecodedRows, NativeFormat, RowFormat, StoredValue, TextFormat, count, parse_status,
+    status_counts,
 };
+pub use statement::{Param, SqlFiles, Statement, Statements, id_slots};
 pub use time::{MAX_SHIFT_MICROS, micros};

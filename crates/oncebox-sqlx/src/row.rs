@@ -103,6 +103,23 @@ where
     type Headers = H;
 }
 
+/// The format of databases that store ids, times and headers as text (ids hyphenated, times
+/// RFC 3339 in UTC, headers JSON) and `attempts` as a 64-bit integer (SQLite), for rows `R`.
+pub struct TextFormat<R>(PhantomData<fn() -> R>);
+
+impl<R> RowFormat for TextFormat<R>
+where
+    R: Row,
+    String: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+    i64: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+{
+    type Row = R;
+    type Uuid = String;
+    type Timestamp = String;
+    type Attempts = i64;
+    type Headers = String;
+}
+
 /// Reads the columns of one row of `table`, naming the row in every error.
 struct Columns<'r, R> {
     row: &'r R,

@@ -30,6 +30,18 @@ dao_cases! {
         Ok(())
     }
 
+    async fn inbox_look_ups_of_long_id_lists_find_every_recorded_id(_harness, dialect) {
+        // Past the 4,096 ids a MySQL statement takes: the list is split, and the last chunk's
+        // placeholders are padded with its last id.
+        let inbox = dialect.inbox_dao();
+        let ids: Vec<Uuid> = (0..5_000).map(|_| Uuid::now_v7()).collect();
+        let recorded = [ids[4_999], ids[0], ids[4_096], ids[4_095]];
+        inbox.record_many("billing", &recorded).await.map_err(fail)?;
+        let found = inbox.consumed("billing", &ids).await.map_err(fail)?;
+        assert_eq!(found, vec![ids[0], ids[4_095], ids[4_096], ids[4_999]], "every recorded id, in input order");
+        Ok(())
+    }
+
     async fn inbox_consumers_are_independent(_harness, dialect) {
         let inbox = dialect.inbox_dao();
         let id = Uuid::now_v7();

@@ -1,0 +1,335 @@
+//! The PostgreSQL SQL of oncebox: every statement rendered once for the configured table names,
+//! how values are bound, and the operations whose shape is PostgreSQL's own.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use oncebox_core::event::last_error_text;
+use oncebox_core::{ClaimedBatch, EventStatus, OutboxEvent, Result, SettleReport, Settlement, TableNames};
+use oncebox_sqlx::{
+    BoundQuery, DecodeRow, Param, Queries, SqlxResultExt, Statement, Statements, database_error, micros,
+    sql_files,
+};
+use sqlx::postgres::PgQueryResult;
+use sqlx::{AssertSqlSafe, PgConnection, PgPool, Postgres, SqlSafeStr, SqlStr};
+use tracing::warn;
+use uuid::Uuid;
+
+use crate::error::PgServerErrors;
+use crate::row::PgRowFormat;
+
+/// The migrations, in order, as shipped in `migrations/postgres/`.
+pub(crate) const MIGRATIONS: [(&str, &str); 5] = oncebox_sqlx::migrations!("postgres");
+
+/// The SQL of the PostgreSQL dialect for one set of table names: the statements the sqlx DAOs
+/// share, and PostgreSQL's own claim (one `UPDATE … FROM (SELECT … FOR UPDATE SKIP LOCKED)`),
+/// settle (one `UPDATE` per batch, fenced by the claim token), DLQ transfers (one statement whose
+/// CTEs lock, delete and insert, so a row is in exactly one table at every commit), inbox records
+/// (`INSERT … ON CONFLICT DO NOTHING`) and job leases (one upsert that changes the row only when
+/// the lease has run out on `clock_timestamp()`).
+#[derive(Debug)]
+pub struct PgQueries {
+    pub(crate) common: Statements,
+    /// The NOTIFY channel of these tables.
+    pub(crate) channel: String,
+    pub(crate) schema_events: SqlStr,
+    pub(crate) schema_dlq: SqlStr,
+    pub(crate) schema_consumed: SqlStr,
+    pub(crate) schema_jobs: SqlStr,
+    pub(crate) schema_events_recoveries: SqlStr,
+    pub(crate) insert_events: SqlStr,
+    pub(crate) insert_events_notify: SqlStr,
+    pub(crate) claim: SqlStr,
+    pub(crate) settle: SqlStr,
+    pub(crate) settle_processed: SqlStr,
+    pub(crate) fail_undecodable: SqlStr,
+    pub(crate) dlq_transfer_to: SqlStr,
+    pub(crate) dlq_transfer_from: SqlStr,
+    pub(crate) inbox_record: SqlStr,
+    pub(crate) inbox_record_many: SqlStr,
+    pub(crate) job_try_lock: SqlStr,
+}
+
+/// The NOTIFY channel for the tables with `prefix`: one per prefix, so two oncebox installations
+/// sharing a database do not wake each other.
+pub(crate) fn channel_for(prefix: &str) -> String {
+    format!("{prefix}oncebox_wake_ups")
+}
+
+impl PgQueries {
+    /// Renders every template for `tables`.
+    pub(crate) fn new(tables: &TableNames) -> Arc<Self> {
+        // Only validated table names are spliced in; values are always bound.
+        let sql = |template: &str| AssertSqlSafe(Arc::<str>::from(tables.render(template))).into_sql_str();
+        let migration = |index: usize| {
+            AssertSqlSafe(Arc::<str>::from(tables.render_migration(MIGRATIONS[index].1))).into_sql_str()
+        };
+        Arc::new(Self {
+            common: Statements::new(tables, sql_files!(), |text| Statement::numbered(tables.render(text))),
+            channel: channel_for(tables.prefix()),
+            schema_events: migration(0),
+            schema_dlq: migration(1),
+            schema_consumed: migration(2),
+            schema_jobs: migration(3),
+            schema_events_recoveries: migration(4),
+            insert_events: sql(include_str!("../sql/insert_events.sql")),
+            insert_events_notify: sql(include_str!("../sql/insert_events_notify.sql")),
+            claim: sql(include_str!("../sql/claim.sql")),
+            settle: sql(include_str!("../sql/settle.sql")),
+            settle_processed: sql(include_str!("../sql/settle_processed.sql")),
+            fail_undecodable: sql(include_str!("../sql/fail_undecodable.sql")),
+            dlq_transfer_to: sql(include_str!("../sql/dlq_transfer_to.sql")),
+            dlq_transfer_from: sql(include_str!("../sql/dlq_transfer_from.sql")),
+            inbox_record: sql(include_str!("../sql/inbox_record.sql")),
+            inbox_record_many: sql(include_str!("../sql/inbox_record_many.sql")),
+            job_try_lock: sql(include_str!("../sql/job_try_lock.sql")),
+        })
+    }
+
+    /// The table names in use.
+    pub(crate) fn tables(&self) -> &TableNames {
+        self.common.tables()
+    }
+}
+
+/// The settle statement's parameter arrays, one element per settlement.
+struct SettleArrays {
+    ids: Vec<Uuid>,
+    statuses: Vec<&'static str>,
+    delays: Vec<i64>,
+    errors: Vec<Option<String>>,
+}
+
+impl SettleArrays {
+    fn new(settlements: &[Settlement]) -> Self {
+        let mut arrays = Self {
+            ids: Vec::with_capacity(settlements.len()),
+            statuses: Vec::with_capacity(settlements.len()),
+            delays: Vec::with_capacity(settlements.len()),
+            errors: Vec::with_capacity(settlements.len()),
+        };
+        for settlement in settlements {
+            let (status, delay, error) = match settlement {
+                Settlement::Processed { .. } => (EventStatus::Processed, 0, None),
+                Settlement::Retry { delay, error, .. } => {
+                    (EventStatus::Pending, micros(*delay), Some(last_error_text(error).to_owned()))
+                }
+                Settlement::Failed { error, .. } => {
+                    (EventStatus::Failed, 0, Some(last_error_text(error).to_owned()))
+                }
+            };
+            arrays.ids.push(settlement.id());
+            arrays.statuses.push(status.as_str());
+            arrays.delays.push(delay);
+            arrays.errors.push(error);
+        }
+        arrays
+    }
+}
+
+#[async_trait]
+impl Queries for PgQueries {
+    type Db = Postgres;
+    type Format = PgRowFormat;
+    const NAME: &'static str = "Pg";
+
+    fn statements(&self) -> &Statements {
+        &self.common
+    }
+
+    fn bind<'q>(&self, statement: &Statement, params: &[Param<'_>]) -> Result<BoundQuery<'q, Postgres>> {
+        let mut query = sqlx::query(statement.sql_for(params));
+        for param in params {
+            query = match *param {
+                Param::Text(text) => query.bind(text),
+                Param::OptionalText(text) => query.bind(text),
+                Param::Int(number) => query.bind(number),
+                Param::Id(id) => query.bind(id),
+                Param::Ids(ids) => query.bind(ids),
+                // The statements shift the database's own times by a bound number of microseconds.
+                Param::Before(span) | Param::After(span) => query.bind(micros(span)),
+                Param::Time(time) => query.bind(time),
+            };
+        }
+        Ok(query)
+    }
+
+    fn error(context: &str, error: sqlx::Error) -> oncebox_core::Error {
+        database_error::<PgServerErrors>(context, error)
+    }
+
+    fn rows_affected(result: &PgQueryResult) -> u64 {
+        result.rows_affected()
+    }
+
+    async fn claim(&self, pool: &PgPool, event_type: &str, max_rows: u32) -> Result<ClaimedBatch> {
+        let claim_token = Uuid::now_v7();
+        let rows = sqlx::query(self.claim.clone())
+            .bind(event_type)
+            .bind(i64::from(max_rows))
+            .bind(claim_token)
+            .fetch_all(pool)
+            .await
+            .context(&format!("claiming {event_type}"))?;
+        // Each row on its own: one that cannot be read is given up on, and the others are sent.
+        // The claim has committed, so this is a second statement fenced by the claim token. If it
+        // fails, the healthy rows are still returned and sent (failing the claim would leave them
+        // IN_PROCESS and charge each a recovery); the bad ones wait for stuck recovery, which
+        // fails them after `max-recoveries`.
+        let decoded = PgRowFormat::decode_events(&rows, self.tables().events())?;
+        if !decoded.undecodable.is_empty() {
+            let (ids, errors): (Vec<Uuid>, Vec<String>) = decoded.undecodable_failures().into_iter().unzip();
+            for (id, error) in ids.iter().zip(&errors) {
+                warn!(event_type, %id, %error, "claimed an outbox row that cannot be decoded; marking it FAILED");
+            }
+            let failed = sqlx::query(self.fail_undecodable.clone())
+                .bind(claim_token)
+                .bind(&ids)
+                .bind(errors)
+                .execute(pool)
+                .await;
+            if let Err(error) = failed {
+                warn!(
+                    event_type, ids = ?ids, %error,
+                    "could not mark undecodable outbox rows FAILED; stuck recovery will return them and \
+                     fail them after max-recoveries"
+                );
+            }
+        }
+        let mut events = decoded.rows;
+        // RETURNING gives no order guarantee.
+        events.sort_by_key(|event| (event.next_retry_at, event.id));
+        Ok(ClaimedBatch { event_type: event_type.to_owned(), claim_token, events })
+    }
+
+    async fn settle(
+        &self,
+        pool: &PgPool,
+        batch: &ClaimedBatch,
+        settlements: &[Settlement],
+    ) -> Result<SettleReport> {
+        let all_delivered = settlements.iter().all(|s| matches!(s, Settlement::Processed { .. }));
+        let query = if all_delivered {
+            let ids: Vec<Uuid> = settlements.iter().map(Settlement::id).collect();
+            sqlx::query(self.settle_processed.clone()).bind(batch.claim_token).bind(ids)
+        } else {
+            let arrays = SettleArrays::new(settlements);
+            sqlx::query(self.settle.clone())
+                .bind(batch.claim_token)
+                .bind(arrays.ids)
+                .bind(arrays.statuses)
+                .bind(arrays.delays)
+                .bind(arrays.errors)
+        };
+        let settled = query
+            .execute(pool)
+            .await
+            .context(&format!("settling a batch of {}", batch.event_type))?
+            .rows_affected();
+        let total = settlements.len() as u64;
+        Ok(SettleReport { settled, refused: total.saturating_sub(settled) })
+    }
+
+    async fn transfer_to_dlq(&self, pool: &PgPool, max_rows: u32) -> Result<Vec<OutboxEvent>> {
+        let rows = sqlx::query(self.dlq_transfer_to.clone())
+            .bind(i64::from(max_rows))
+            .fetch_all(pool)
+            .await
+            .context("moving failed events to the DLQ")?;
+        // The rows have moved whatever they hold; one that cannot be decoded (it failed for that
+        // reason) is only left out of the list handed back, for the DLQ handler.
+        let decoded = PgRowFormat::decode_events(&rows, self.tables().events())?;
+        decoded.warn_left_out("a dead letter queue row");
+        let mut moved = decoded.rows;
+        moved.sort_by_key(|event| (event.updated_at, event.id));
+        Ok(moved)
+    }
+
+    async fn transfer_from_dlq(&self, pool: &PgPool, max_rows: u32) -> Result<u64> {
+        let result = sqlx::query(self.dlq_transfer_from.clone())
+            .bind(i64::from(max_rows))
+            .execute(pool)
+            .await
+            .context("moving DLQ events back to the outbox")?;
+        Ok(result.rows_affected())
+    }
+
+    async fn record_on(&self, connection: &mut PgConnection, consumer: &str, id: Uuid) -> Result<bool> {
+        let result = sqlx::query(self.inbox_record.clone())
+            .bind(consumer)
+            .bind(id)
+            .execute(connection)
+            .await
+            .context("recording a consumed event")?;
+        Ok(result.rows_affected() == 1)
+    }
+
+    async fn record_many_on(
+        &self,
+        connection: &mut PgConnection,
+        consumer: &str,
+        ids: &[Uuid],
+    ) -> Result<Vec<Uuid>> {
+        let rows: Vec<(Uuid,)> = sqlx::query_as(self.inbox_record_many.clone())
+            .bind(consumer)
+            .bind(ids)
+            .fetch_all(connection)
+            .await
+            .context("recording consumed events")?;
+        let mut new: HashSet<Uuid> = rows.into_iter().map(|(id,)| id).collect();
+        // `remove` keeps a duplicate in the input from being reported twice.
+        Ok(ids.iter().copied().filter(|id| new.remove(id)).collect())
+    }
+
+    async fn try_lock(
+        &self,
+        pool: &PgPool,
+        job: &str,
+        owner: Uuid,
+        lock_at_most_for: Duration,
+    ) -> Result<bool> {
+        let result = sqlx::query(self.job_try_lock.clone())
+            .bind(job)
+            .bind(micros(lock_at_most_for))
+            .bind(owner)
+            .execute(pool)
+            .await
+            .context(&format!("locking job {job}"))?;
+        Ok(result.rows_affected() == 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_are_fully_rendered() {
+        let names = TableNames::with_prefix("shop_").unwrap_or_default();
+        let statements = PgQueries::new(&names);
+        let own =
+            [&statements.claim, &statements.settle, &statements.settle_processed, &statements.job_try_lock];
+        let shared = statements.common.all().map(Statement::as_str);
+        for sql in own.iter().map(|sql| sql.as_str()).chain(shared) {
+            for placeholder in ["{events}", "{dlq}", "{consumed}", "{jobs}", "{prefix}"] {
+                assert!(!sql.contains(placeholder), "{placeholder} left in {sql}");
+            }
+            assert!(sql.contains("shop_outbox_"), "{sql}");
+        }
+        assert_eq!(statements.channel, "shop_oncebox_wake_ups");
+    }
+
+    #[test]
+    fn migrations_get_the_prefix_on_every_table_and_index() {
+        let names = TableNames::with_prefix("shop_").unwrap_or_default();
+        let rendered = names.render_migration(MIGRATIONS[0].1);
+        assert!(rendered.contains("CREATE TABLE IF NOT EXISTS shop_outbox_events ("), "{rendered}");
+        assert!(rendered.contains("shop_outbox_events_pending"), "{rendered}");
+        assert!(rendered.contains("ON shop_outbox_events (updated_at, id)"), "{rendered}");
+        assert!(!rendered.contains(" outbox_events"), "{rendered}");
+        assert!(!rendered.contains("shop_shop_"), "{rendered}");
+        assert_eq!(TableNames::default().render_migration(MIGRATIONS[3].1), MIGRATIONS[3].1);
+    }
+}

@@ -1,0 +1,369 @@
+//! The SQLite SQL of oncebox: every statement rendered once for the configured table names, how
+//! values are bound, and the operations whose shape is SQLite's own.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::SecondsFormat;
+use oncebox_core::event::last_error_text;
+use oncebox_core::{ClaimedBatch, OutboxEvent, Result, SettleReport, Settlement, TableNames};
+use oncebox_sqlx::{
+    BoundQuery, DecodeRow, Param, Queries, SqlxResultExt, Statement, Statements, database_error, sql_files,
+};
+use sqlx::sqlite::SqliteQueryResult;
+use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr, Sqlite, SqliteConnection, SqlitePool};
+use tracing::warn;
+use uuid::Uuid;
+
+use crate::error::SqliteServerErrors;
+use crate::row::{SqliteRowFormat, decode_id};
+use crate::time::{earlier_by, later_by};
+
+/// The strftime format of every stored timestamp: UTC, milliseconds, one fixed width, so that text
+/// order is time order.
+const TIMESTAMP_FORMAT: &str = "'%Y-%m-%dT%H:%M:%fZ'";
+/// The database clock's now in [`TIMESTAMP_FORMAT`]. SQLite keeps `'now'` fixed within one
+/// statement step, so every use in a statement sees the same instant.
+const NOW: &str = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
+
+/// The migrations, in order, as shipped in `migrations/sqlite/`.
+const MIGRATIONS: [(&str, &str); 5] = oncebox_sqlx::migrations!("sqlite");
+
+/// Columns bound per row by the multi-row outbox insert.
+pub(crate) const INSERT_EVENT_BINDS: usize = 6;
+
+/// The SQL of the SQLite dialect for one set of table names: the statements the sqlx DAOs share,
+/// and SQLite's own claim, settle and DLQ transfers, each one `BEGIN IMMEDIATE` transaction:
+/// SQLite has one writer at a time, so a claim holds the write lock from its first read and no two
+/// claimers see the same row, and a transferred row is in exactly one table at every commit.
+#[derive(Debug)]
+pub struct SqliteQueries {
+    pub(crate) common: Statements,
+    pub(crate) schema_events: SqlStr,
+    pub(crate) schema_dlq: SqlStr,
+    pub(crate) schema_consumed: SqlStr,
+    pub(crate) schema_jobs: SqlStr,
+    /// Adds `recoveries` to an outbox table that lacks it (run only after checking).
+    pub(crate) schema_events_recoveries: SqlStr,
+    /// Whether the outbox table has `recoveries`: `?1` is the table name.
+    pub(crate) events_have_recoveries: SqlStr,
+    pub(crate) insert_events_head: String,
+    pub(crate) insert_events_row: String,
+    pub(crate) claim: SqlStr,
+    pub(crate) settle_processed: SqlStr,
+    pub(crate) settle_retry: SqlStr,
+    pub(crate) settle_failed: SqlStr,
+    pub(crate) fail_undecodable: SqlStr,
+    pub(crate) delete_events_by_ids: SqlStr,
+    pub(crate) dlq_insert_failed: SqlStr,
+    pub(crate) dlq_mark_in_process: SqlStr,
+    pub(crate) events_insert_from_dlq: SqlStr,
+    pub(crate) dlq_delete_in_process: SqlStr,
+    pub(crate) inbox_record: SqlStr,
+    pub(crate) inbox_record_many: SqlStr,
+    pub(crate) job_try_lock: SqlStr,
+}
+
+impl SqliteQueries {
+    /// Renders every template for `tables`.
+    pub(crate) fn new(tables: &TableNames) -> Arc<Self> {
+        let text =
+            |template: &str| tables.render(&template.replace("{now}", NOW).replace("{ts}", TIMESTAMP_FORMAT));
+        // Only validated table names and the constants above are spliced in; values are always bound.
+        let sql = |template: &str| AssertSqlSafe(Arc::<str>::from(text(template))).into_sql_str();
+        Arc::new(Self {
+            common: Statements::new(tables, sql_files!(), |template| Statement::numbered(text(template))),
+            schema_events: sql(MIGRATIONS[0].1),
+            schema_dlq: sql(MIGRATIONS[1].1),
+            schema_consumed: sql(MIGRATIONS[2].1),
+            schema_jobs: sql(MIGRATIONS[3].1),
+            schema_events_recoveries: sql(MIGRATIONS[4].1),
+            events_have_recoveries: sql(
+                "SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = 'recoveries'",
+            ),
+            insert_events_head: text(include_str!("../sql/insert_events.sql").trim_end()),
+            insert_events_row: text(include_str!("../sql/insert_events_row.sql").trim_end()),
+            claim: sql(include_str!("../sql/claim.sql")),
+            settle_processed: sql(include_str!("../sql/settle_processed.sql")),
+            settle_retry: sql(include_str!("../sql/settle_retry.sql")),
+            settle_failed: sql(include_str!("../sql/settle_failed.sql")),
+            fail_undecodable: sql(include_str!("../sql/fail_undecodable.sql")),
+            delete_events_by_ids: sql(include_str!("../sql/delete_events_by_ids.sql")),
+            dlq_insert_failed: sql(include_str!("../sql/dlq_insert_failed.sql")),
+            dlq_mark_in_process: sql(include_str!("../sql/dlq_mark_in_process.sql")),
+            events_insert_from_dlq: sql(include_str!("../sql/events_insert_from_dlq.sql")),
+            dlq_delete_in_process: sql(include_str!("../sql/dlq_delete_in_process.sql")),
+            inbox_record: sql(include_str!("../sql/inbox_record.sql")),
+            inbox_record_many: sql(include_str!("../sql/inbox_record_many.sql")),
+            job_try_lock: sql(include_str!("../sql/job_try_lock.sql")),
+        })
+    }
+
+    /// The table names in use.
+    pub(crate) fn tables(&self) -> &TableNames {
+        self.common.tables()
+    }
+
+    /// The multi-row outbox insert for `rows` rows.
+    pub(crate) fn insert_events(&self, rows: usize) -> SqlStr {
+        let mut sql =
+            String::with_capacity(self.insert_events_head.len() + rows * (self.insert_events_row.len() + 2));
+        sql.push_str(&self.insert_events_head);
+        for row in 0..rows {
+            sql.push_str(if row == 0 { "\n" } else { ",\n" });
+            sql.push_str(&self.insert_events_row);
+        }
+        // Built only from the rendered templates above.
+        AssertSqlSafe(sql).into_sql_str()
+    }
+}
+
+#[async_trait]
+impl Queries for SqliteQueries {
+    type Db = Sqlite;
+    type Format = SqliteRowFormat;
+    const NAME: &'static str = "Sqlite";
+
+    fn statements(&self) -> &Statements {
+        &self.common
+    }
+
+    fn bind<'q>(&self, statement: &Statement, params: &[Param<'_>]) -> Result<BoundQuery<'q, Sqlite>> {
+        let mut query = sqlx::query(statement.sql_for(params));
+        for param in params {
+            query = match *param {
+                Param::Text(text) => query.bind(text),
+                Param::OptionalText(text) => query.bind(text),
+                Param::Int(number) => query.bind(number),
+                // Ids are stored as hyphenated text, and a list is one JSON array for `json_each`.
+                Param::Id(id) => query.bind(id.hyphenated()),
+                Param::Ids(ids) => query.bind(serde_json::to_string(ids)?),
+                // Times are shifted with date modifiers of `strftime`.
+                Param::Before(span) => query.bind(earlier_by(span)),
+                Param::After(span) => query.bind(later_by(span)),
+                // The stored form: fixed-width UTC text, so that text order is time order.
+                Param::Time(time) => query.bind(time.to_rfc3339_opts(SecondsFormat::Millis, true)),
+            };
+        }
+        Ok(query)
+    }
+
+    fn error(context: &str, error: sqlx::Error) -> oncebox_core::Error {
+        database_error::<SqliteServerErrors>(context, error)
+    }
+
+    fn rows_affected(result: &SqliteQueryResult) -> u64 {
+        result.rows_affected()
+    }
+
+    async fn claim(&self, pool: &SqlitePool, event_type: &str, max_rows: u32) -> Result<ClaimedBatch> {
+        let claim_token = Uuid::now_v7();
+        let context = format!("claiming {event_type}");
+        let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.context(&context)?;
+        let rows = sqlx::query(self.claim.clone())
+            .bind(claim_token.hyphenated())
+            .bind(event_type)
+            .bind(i64::from(max_rows))
+            .fetch_all(&mut *tx)
+            .await
+            .context(&context)?;
+        // Each row on its own: one that cannot be read is given up on in the claim's transaction,
+        // and the others are sent.
+        let decoded = SqliteRowFormat::decode_events(&rows, self.tables().events())?;
+        // A row whose id is not a UUID is addressed by the id as stored.
+        let failures = decoded
+            .undecodable_failures()
+            .into_iter()
+            .map(|(id, error)| (id.hyphenated().to_string(), error))
+            .chain(decoded.malformed_id_failures());
+        for (id, error) in failures {
+            warn!(event_type, %id, %error, "claimed an outbox row that cannot be decoded; marked FAILED");
+            sqlx::query(self.fail_undecodable.clone())
+                .bind(id)
+                .bind(claim_token.hyphenated())
+                .bind(error)
+                .execute(&mut *tx)
+                .await
+                .context(&context)?;
+        }
+        tx.commit().await.context(&context)?;
+        let mut events = decoded.rows;
+        // RETURNING gives no order guarantee.
+        events.sort_by_key(|event| (event.next_retry_at, event.id));
+        Ok(ClaimedBatch { event_type: event_type.to_owned(), claim_token, events })
+    }
+
+    async fn settle(
+        &self,
+        pool: &SqlitePool,
+        batch: &ClaimedBatch,
+        settlements: &[Settlement],
+    ) -> Result<SettleReport> {
+        let context = format!("settling a batch of {}", batch.event_type);
+        let token = batch.claim_token.hyphenated();
+        let processed: Vec<Uuid> = settlements
+            .iter()
+            .filter_map(|settlement| match settlement {
+                Settlement::Processed { id } => Some(*id),
+                _ => None,
+            })
+            .collect();
+        let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.context(&context)?;
+        let mut settled = 0;
+        if !processed.is_empty() {
+            settled += sqlx::query(self.settle_processed.clone())
+                .bind(token)
+                .bind(serde_json::to_string(&processed)?)
+                .execute(&mut *tx)
+                .await
+                .context(&context)?
+                .rows_affected();
+        }
+        for settlement in settlements {
+            let query = match settlement {
+                Settlement::Processed { .. } => continue,
+                Settlement::Retry { id, delay, error } => sqlx::query(self.settle_retry.clone())
+                    .bind(id.hyphenated())
+                    .bind(token)
+                    .bind(later_by(*delay))
+                    .bind(last_error_text(error).to_owned()),
+                Settlement::Failed { id, error } => sqlx::query(self.settle_failed.clone())
+                    .bind(id.hyphenated())
+                    .bind(token)
+                    .bind(last_error_text(error).to_owned()),
+            };
+            settled += query.execute(&mut *tx).await.context(&context)?.rows_affected();
+        }
+        tx.commit().await.context(&context)?;
+        let total = settlements.len() as u64;
+        Ok(SettleReport { settled, refused: total.saturating_sub(settled) })
+    }
+
+    async fn transfer_to_dlq(&self, pool: &SqlitePool, max_rows: u32) -> Result<Vec<OutboxEvent>> {
+        let context = "moving failed events to the DLQ";
+        let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.context(context)?;
+        let rows = sqlx::query(self.dlq_insert_failed.clone())
+            .bind(i64::from(max_rows))
+            .fetch_all(&mut *tx)
+            .await
+            .context(context)?;
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        // A row that cannot be decoded moves like the others (it failed for that reason); only
+        // the list handed back, for the DLQ handler, lacks it.
+        let decoded = SqliteRowFormat::decode_events(&rows, self.tables().dlq())?;
+        decoded.warn_left_out("a dead letter queue row");
+        // Deleted by the id as stored, so a row whose id is not a UUID leaves the outbox too.
+        let ids: Vec<String> = decoded
+            .ids()
+            .map(|id| id.hyphenated().to_string())
+            .chain(decoded.malformed_ids.iter().map(|(stored_id, _)| stored_id.clone()))
+            .collect();
+        let mut moved = decoded.rows;
+        sqlx::query(self.delete_events_by_ids.clone())
+            .bind(serde_json::to_string(&ids)?)
+            .execute(&mut *tx)
+            .await
+            .context(context)?;
+        tx.commit().await.context(context)?;
+        moved.sort_by_key(|event| (event.updated_at, event.id));
+        Ok(moved)
+    }
+
+    async fn transfer_from_dlq(&self, pool: &SqlitePool, max_rows: u32) -> Result<u64> {
+        let context = "moving DLQ events back to the outbox";
+        let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.context(context)?;
+        let marked = sqlx::query(self.dlq_mark_in_process.clone())
+            .bind(i64::from(max_rows))
+            .execute(&mut *tx)
+            .await
+            .context(context)?
+            .rows_affected();
+        if marked == 0 {
+            return Ok(0);
+        }
+        sqlx::query(self.events_insert_from_dlq.clone()).execute(&mut *tx).await.context(context)?;
+        let moved = sqlx::query(self.dlq_delete_in_process.clone())
+            .execute(&mut *tx)
+            .await
+            .context(context)?
+            .rows_affected();
+        tx.commit().await.context(context)?;
+        Ok(moved)
+    }
+
+    async fn record_on(&self, connection: &mut SqliteConnection, consumer: &str, id: Uuid) -> Result<bool> {
+        let result = sqlx::query(self.inbox_record.clone())
+            .bind(consumer)
+            .bind(id.hyphenated())
+            .execute(connection)
+            .await
+            .context("recording a consumed event")?;
+        Ok(result.rows_affected() == 1)
+    }
+
+    async fn record_many_on(
+        &self,
+        connection: &mut SqliteConnection,
+        consumer: &str,
+        ids: &[Uuid],
+    ) -> Result<Vec<Uuid>> {
+        let rows: Vec<(String,)> = sqlx::query_as(self.inbox_record_many.clone())
+            .bind(consumer)
+            .bind(serde_json::to_string(ids)?)
+            .fetch_all(connection)
+            .await
+            .context("recording consumed events")?;
+        let table = self.tables().consumed();
+        let mut new = rows.iter().map(|(text,)| decode_id(text, table)).collect::<Result<HashSet<Uuid>>>()?;
+        // `remove` keeps a duplicate in the input from being reported twice.
+        Ok(ids.iter().copied().filter(|id| new.remove(id)).collect())
+    }
+
+    async fn try_lock(
+        &self,
+        pool: &SqlitePool,
+        job: &str,
+        owner: Uuid,
+        lock_at_most_for: Duration,
+    ) -> Result<bool> {
+        let result = sqlx::query(self.job_try_lock.clone())
+            .bind(job)
+            .bind(later_by(lock_at_most_for))
+            .bind(owner.hyphenated())
+            .execute(pool)
+            .await
+            .context(&format!("locking job {job}"))?;
+        Ok(result.rows_affected() == 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_are_fully_rendered() {
+        let names = TableNames::with_prefix("shop_").unwrap_or_default();
+        let statements = SqliteQueries::new(&names);
+        let own = [
+            &statements.claim,
+            &statements.schema_events,
+            &statements.settle_retry,
+            &statements.job_try_lock,
+        ];
+        let shared = statements.common.all().map(Statement::as_str);
+        for sql in own.iter().map(|sql| sql.as_str()).chain(shared) {
+            for placeholder in ["{events}", "{dlq}", "{consumed}", "{jobs}", "{now}", "{ts}"] {
+                assert!(!sql.contains(placeholder), "{placeholder} left in {sql}");
+            }
+            assert!(sql.contains("shop_outbox_"), "{sql}");
+        }
+        let insert = statements.insert_events(3);
+        assert_eq!(insert.as_str().matches('?').count(), 3 * INSERT_EVENT_BINDS);
+        assert!(insert.as_str().starts_with("INSERT INTO shop_outbox_events"));
+    }
+}

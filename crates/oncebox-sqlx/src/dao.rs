@@ -1,0 +1,581 @@
+//! The DAOs of every sqlx dialect: each operation whose logic is the same on every database is
+//! written here once, over [`Queries`], which a dialect implements for what really differs (how
+//! values are bound, and the claim, settle, transfer, record and lock statements whose shape
+//! differs between databases).
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use oncebox_core::event::{DlqCounts, DlqFilter, DlqSelection, JobLease, OutboxCounts};
+use oncebox_core::{
+    ClaimedBatch, DlqDao, DlqEvent, DlqStatus, Error, InboxDao, JobLock, OutboxDao, OutboxEvent, Result,
+    SettleReport, Settlement,
+};
+use sqlx::query::Query;
+use sqlx::{ColumnIndex, Database, Decode, Executor, IntoArguments, Pool, Row, Type};
+use uuid::Uuid;
+
+use crate::row::{DecodeRow, RowFormat, StoredValue, count, status_counts};
+use crate::statement::{Param, Statement, Statements};
+
+/// A statement of database `DB` with its values bound.
+pub type BoundQuery<'q, DB> = Query<'q, DB, <DB as Database>::Arguments>;
+
+/// What the shared operations need of a sqlx database, written once for every database sqlx
+/// supports (the bounds that say so live on the one implementation below).
+pub trait SqlxDatabase: Database {
+    /// Runs `query` on `pool`.
+    fn execute<'a>(
+        pool: &'a Pool<Self>,
+        query: BoundQuery<'a, Self>,
+    ) -> impl Future<Output = sqlx::Result<Self::QueryResult>> + Send + 'a;
+
+    /// Runs `query` on `pool` and reads every row.
+    fn fetch_all<'a>(
+        pool: &'a Pool<Self>,
+        query: BoundQuery<'a, Self>,
+    ) -> impl Future<Output = sqlx::Result<Vec<Self::Row>>> + Send + 'a;
+
+    /// Runs `query` on `pool` and reads the first row, if any.
+    fn fetch_optional<'a>(
+        pool: &'a Pool<Self>,
+        query: BoundQuery<'a, Self>,
+    ) -> impl Future<Output = sqlx::Result<Option<Self::Row>>> + Send + 'a;
+
+    /// Reads `column` of `row` as stored (`T`).
+    fn column<T>(row: &Self::Row, column: &str) -> sqlx::Result<T>
+    where
+        T: for<'r> Decode<'r, Self> + Type<Self>;
+
+    /// Reads a text `column` of `row`.
+    fn text(row: &Self::Row, column: &str) -> sqlx::Result<String>;
+
+    /// Reads an integer `column` of `row`.
+    fn int(row: &Self::Row, column: &str) -> sqlx::Result<i64>;
+}
+
+impl<DB> SqlxDatabase for DB
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+    for<'c> &'c str: ColumnIndex<DB::Row>,
+    String: for<'r> Decode<'r, DB> + Type<DB>,
+    i64: for<'r> Decode<'r, DB> + Type<DB>,
+{
+    fn execute<'a>(
+        pool: &'a Pool<Self>,
+        query: BoundQuery<'a, Self>,
+    ) -> impl Future<Output = sqlx::Result<Self::QueryResult>> + Send + 'a {
+        query.execute(pool)
+    }
+
+    fn fetch_all<'a>(
+        pool: &'a Pool<Self>,
+        query: BoundQuery<'a, Self>,
+    ) -> impl Future<Output = sqlx::Result<Vec<Self::Row>>> + Send + 'a {
+        query.fetch_all(pool)
+    }
+
+    fn fetch_optional<'a>(
+        pool: &'a Pool<Self>,
+        query: BoundQuery<'a, Self>,
+    ) -> impl Future<Output = sqlx::Result<Option<Self::Row>>> + Send + 'a {
+        query.fetch_optional(pool)
+    }
+
+    fn column<T>(row: &Self::Row, column: &str) -> sqlx::Result<T>
+    where
+        T: for<'r> Decode<'r, Self> + Type<Self>,
+    {
+        row.try_get(column)
+    }
+
+    fn text(row: &Self::Row, column: &str) -> sqlx::Result<String> {
+        row.try_get(column)
+    }
+
+    fn int(row: &Self::Row, column: &str) -> sqlx::Result<i64> {
+        row.try_get(column)
+    }
+}
+
+/// The SQL of one dialect: its statements for the configured tables, how it binds values, and
+/// the operations whose shape differs between databases.
+#[async_trait]
+pub trait Queries: Send + Sync + Sized + 'static {
+    /// The database.
+    type Db: SqlxDatabase;
+    /// How the database stores the outbox and DLQ columns.
+    type Format: DecodeRow + RowFormat<Row = <Self::Db as Database>::Row>;
+    /// The prefix of the dialect's public type names (`Pg` in `PgOutboxDao`), for `Debug`.
+    const NAME: &'static str;
+    /// The most ids one statement takes; longer lists are split.
+    const MAX_IDS: usize = usize::MAX;
+
+    /// The statements of the shared operations.
+    fn statements(&self) -> &Statements;
+
+    /// `statement` with `params` bound, in the statement's numbering.
+    fn bind<'q>(&self, statement: &Statement, params: &[Param<'_>]) -> Result<BoundQuery<'q, Self::Db>>;
+
+    /// A sqlx error with `context`, temporary or not as the database's error codes say (usually
+    /// [`database_error`](crate::database_error) with the dialect's [`ServerErrors`](crate::ServerErrors)).
+    fn error(context: &str, error: sqlx::Error) -> Error;
+
+    /// The rows a statement changed.
+    fn rows_affected(result: &<Self::Db as Database>::QueryResult) -> u64;
+
+    /// Claims up to `max_rows` due events of `event_type` (see [`OutboxDao::claim`]).
+    async fn claim(&self, pool: &Pool<Self::Db>, event_type: &str, max_rows: u32) -> Result<ClaimedBatch>;
+
+    /// Settles a batch, fenced by its claim token (see [`OutboxDao::settle`]).
+    async fn settle(
+        &self,
+        pool: &Pool<Self::Db>,
+        batch: &ClaimedBatch,
+        settlements: &[Settlement],
+    ) -> Result<SettleReport>;
+
+    /// Moves up to `max_rows` failed events to the DLQ (see [`DlqDao::transfer_to_dlq`]).
+    async fn transfer_to_dlq(&self, pool: &Pool<Self::Db>, max_rows: u32) -> Result<Vec<OutboxEvent>>;
+
+    /// Moves up to `max_rows` DLQ events marked for retry back (see [`DlqDao::transfer_from_dlq`]).
+    async fn transfer_from_dlq(&self, pool: &Pool<Self::Db>, max_rows: u32) -> Result<u64>;
+
+    /// Records one consumed id on `connection` (a pooled connection or a caller's transaction);
+    /// `true` when it was new.
+    async fn record_on(
+        &self,
+        connection: &mut <Self::Db as Database>::Connection,
+        consumer: &str,
+        id: Uuid,
+    ) -> Result<bool>;
+
+    /// Records a non-empty list of consumed ids on `connection`; the new ones in input order, each
+    /// once.
+    async fn record_many_on(
+        &self,
+        connection: &mut <Self::Db as Database>::Connection,
+        consumer: &str,
+        ids: &[Uuid],
+    ) -> Result<Vec<Uuid>>;
+
+    /// Records one consumed id on a connection of `pool` (see [`InboxDao::record`]).
+    async fn record(&self, pool: &Pool<Self::Db>, consumer: &str, id: Uuid) -> Result<bool> {
+        let context = "recording a consumed event";
+        let mut connection = pool.acquire().await.map_err(|error| Self::error(context, error))?;
+        self.record_on(&mut connection, consumer, id).await
+    }
+
+    /// Records a non-empty list of consumed ids on a connection of `pool` (see
+    /// [`InboxDao::record_many`]). A dialect that records them in several statements runs them
+    /// in a transaction instead.
+    async fn record_many(&self, pool: &Pool<Self::Db>, consumer: &str, ids: &[Uuid]) -> Result<Vec<Uuid>> {
+        let context = "recording consumed events";
+        let mut connection = pool.acquire().await.map_err(|error| Self::error(context, error))?;
+        self.record_many_on(&mut connection, consumer, ids).await
+    }
+
+    /// Takes the lease of `job` for `owner` when it is free or has run out; whether it was taken.
+    async fn try_lock(
+        &self,
+        pool: &Pool<Self::Db>,
+        job: &str,
+        owner: Uuid,
+        lock_at_most_for: Duration,
+    ) -> Result<bool>;
+}
+
+/// What every shared DAO holds: the pool and the dialect's SQL.
+struct Store<Q: Queries> {
+    pool: Pool<Q::Db>,
+    queries: Arc<Q>,
+}
+
+impl<Q: Queries> Clone for Store<Q> {
+    fn clone(&self) -> Self {
+        Self { pool: self.pool.clone(), queries: Arc::clone(&self.queries) }
+    }
+}
+
+impl<Q: Queries> Store<Q> {
+    fn statements(&self) -> &Statements {
+        self.queries.statements()
+    }
+
+    async fn execute(&self, statement: &Statement, params: &[Param<'_>], context: &str) -> Result<u64> {
+        let query = self.queries.bind(statement, params)?;
+        let result = Q::Db::execute(&self.pool, query).await.map_err(|error| Q::error(context, error))?;
+        Ok(Q::rows_affected(&result))
+    }
+
+    async fn fetch_all(
+        &self,
+        statement: &Statement,
+        params: &[Param<'_>],
+        context: &str,
+    ) -> Result<Vec<<Q::Db as Database>::Row>> {
+        let query = self.queries.bind(statement, params)?;
+        Q::Db::fetch_all(&self.pool, query).await.map_err(|error| Q::error(context, error))
+    }
+
+    async fn fetch_optional(
+        &self,
+        statement: &Statement,
+        params: &[Param<'_>],
+        context: &str,
+    ) -> Result<Option<<Q::Db as Database>::Row>> {
+        let query = self.queries.bind(statement, params)?;
+        Q::Db::fetch_optional(&self.pool, query).await.map_err(|error| Q::error(context, error))
+    }
+
+    /// Runs `statement` once per chunk of its id list (at most [`Queries::MAX_IDS`] ids each),
+    /// adding up the rows changed.
+    async fn execute_over_ids(
+        &self,
+        statement: &Statement,
+        params: &[Param<'_>],
+        context: &str,
+    ) -> Result<u64> {
+        let list = params.iter().enumerate().find_map(|(at, param)| match param {
+            Param::Ids(ids) => Some((at, *ids)),
+            _ => None,
+        });
+        let Some((at, ids)) = list else {
+            return self.execute(statement, params, context).await;
+        };
+        let mut params = params.to_vec();
+        let mut affected = 0;
+        for chunk in ids.chunks(Q::MAX_IDS.max(1)) {
+            params[at] = Param::Ids(chunk);
+            affected += self.execute(statement, &params, context).await?;
+        }
+        Ok(affected)
+    }
+
+    /// Reads `(event_type, status, rows)` groups with `statement`.
+    async fn status_groups(
+        &self,
+        statement: &Statement,
+        status: &str,
+        context: &str,
+    ) -> Result<Vec<(String, String, i64)>> {
+        let rows = self.fetch_all(statement, &[], context).await?;
+        rows.iter()
+            .map(|row| {
+                let read = || -> sqlx::Result<_> {
+                    Ok((
+                        Q::Db::text(row, "event_type")?,
+                        Q::Db::text(row, status)?,
+                        Q::Db::int(row, "row_count")?,
+                    ))
+                };
+                read().map_err(|error| Q::error(context, error))
+            })
+            .collect()
+    }
+}
+
+/// Writes `Debug` for a shared DAO as `<dialect><kind> { table: … }`.
+fn debug_table(f: &mut std::fmt::Formatter<'_>, name: &str, kind: &str, table: &str) -> std::fmt::Result {
+    f.debug_struct(&format!("{name}{kind}")).field("table", &table).finish()
+}
+
+/// The bound value of a row limit.
+fn limit(max_rows: u32) -> Param<'static> {
+    Param::Int(i64::from(max_rows))
+}
+
+/// [`OutboxDao`] over a dialect's [`Queries`].
+pub struct SqlxOutboxDao<Q: Queries>(Store<Q>);
+
+/// [`DlqDao`] over a dialect's [`Queries`].
+pub struct SqlxDlqDao<Q: Queries>(Store<Q>);
+
+/// [`InboxDao`] over a dialect's [`Queries`].
+pub struct SqlxInboxDao<Q: Queries>(Store<Q>);
+
+/// [`JobLock`] over a dialect's [`Queries`], timed by the database clock.
+pub struct SqlxJobLock<Q: Queries>(Store<Q>);
+
+macro_rules! shared_dao {
+    ($($dao:ident: $kind:literal, $table:ident;)*) => {$(
+        impl<Q: Queries> $dao<Q> {
+            /// The DAO over `pool` with the dialect's SQL.
+            pub fn new(pool: Pool<Q::Db>, queries: Arc<Q>) -> Self {
+                Self(Store { pool, queries })
+            }
+        }
+
+        impl<Q: Queries> Clone for $dao<Q> {
+            fn clone(&self) -> Self {
+                Self(self.0.clone())
+            }
+        }
+
+        impl<Q: Queries> std::fmt::Debug for $dao<Q> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                debug_table(f, Q::NAME, $kind, self.0.statements().tables.$table())
+            }
+        }
+    )*};
+}
+
+shared_dao! {
+    SqlxOutboxDao: "OutboxDao", events;
+    SqlxDlqDao: "DlqDao", dlq;
+    SqlxInboxDao: "InboxDao", consumed;
+    SqlxJobLock: "JobLock", jobs;
+}
+
+#[async_trait]
+impl<Q: Queries> OutboxDao for SqlxOutboxDao<Q> {
+    async fn claim(&self, event_type: &str, max_rows: u32) -> Result<ClaimedBatch> {
+        if max_rows == 0 {
+            return Ok(ClaimedBatch {
+                event_type: event_type.to_owned(),
+                claim_token: Uuid::now_v7(),
+                events: Vec::new(),
+            });
+        }
+        self.0.queries.claim(&self.0.pool, event_type, max_rows).await
+    }
+
+    async fn settle(&self, batch: &ClaimedBatch, settlements: &[Settlement]) -> Result<SettleReport> {
+        if settlements.is_empty() {
+            return Ok(SettleReport::default());
+        }
+        self.0.queries.settle(&self.0.pool, batch, settlements).await
+    }
+
+    async fn recover_stuck(&self, older_than: Duration, max_recoveries: u32, max_rows: u32) -> Result<u64> {
+        if max_rows == 0 {
+            return Ok(0);
+        }
+        let params = [Param::Before(older_than), limit(max_rows), Param::Int(i64::from(max_recoveries))];
+        self.0.execute(&self.0.statements().recover_stuck, &params, "recovering stuck events").await
+    }
+
+    async fn delete_processed(&self, older_than: Duration, max_rows: u32) -> Result<u64> {
+        if max_rows == 0 {
+            return Ok(0);
+        }
+        let params = [Param::Before(older_than), limit(max_rows)];
+        self.0.execute(&self.0.statements().delete_processed, &params, "deleting processed events").await
+    }
+
+    async fn get(&self, id: Uuid) -> Result<Option<OutboxEvent>> {
+        let statements = self.0.statements();
+        let row =
+            self.0.fetch_optional(&statements.get_event, &[Param::Id(id)], "reading an outbox event").await?;
+        row.map(|row| Q::Format::decode_event(&row, statements.tables.events())).transpose()
+    }
+
+    async fn counts(&self) -> Result<OutboxCounts> {
+        let statements = self.0.statements();
+        let rows = self.0.status_groups(&statements.count_events, "status", "counting outbox events").await?;
+        Ok(OutboxCounts { by_type_and_status: status_counts(rows, statements.tables.events(), "status")? })
+    }
+}
+
+impl<Q: Queries> SqlxDlqDao<Q> {
+    /// Runs `by_ids` over the ids of `selection` (chunked), or `by_type` for its event type, with
+    /// `first` bound before them when given.
+    async fn by_selection(
+        &self,
+        selection: &DlqSelection,
+        [by_ids, by_type]: [&Statement; 2],
+        first: Option<Param<'_>>,
+        context: &str,
+    ) -> Result<u64> {
+        let mut params: Vec<Param<'_>> = first.into_iter().collect();
+        match selection {
+            DlqSelection::Ids(ids) if ids.is_empty() => Ok(0),
+            DlqSelection::Ids(ids) => {
+                params.push(Param::Ids(ids));
+                self.0.execute_over_ids(by_ids, &params, context).await
+            }
+            DlqSelection::EventType(event_type) => {
+                params.push(Param::Text(event_type));
+                self.0.execute(by_type, &params, context).await
+            }
+        }
+    }
+}
+
+/// The bound values of a DLQ filter.
+fn filter_params(filter: &DlqFilter) -> [Param<'_>; 2] {
+    [
+        Param::OptionalText(filter.status.map(DlqStatus::as_str)),
+        Param::OptionalText(filter.event_type.as_deref()),
+    ]
+}
+
+#[async_trait]
+impl<Q: Queries> DlqDao for SqlxDlqDao<Q> {
+    async fn transfer_to_dlq(&self, max_rows: u32) -> Result<Vec<OutboxEvent>> {
+        if max_rows == 0 {
+            return Ok(Vec::new());
+        }
+        self.0.queries.transfer_to_dlq(&self.0.pool, max_rows).await
+    }
+
+    async fn transfer_from_dlq(&self, max_rows: u32) -> Result<u64> {
+        if max_rows == 0 {
+            return Ok(0);
+        }
+        self.0.queries.transfer_from_dlq(&self.0.pool, max_rows).await
+    }
+
+    async fn delete_resolved(&self, older_than: Duration, max_rows: u32) -> Result<u64> {
+        if max_rows == 0 {
+            return Ok(0);
+        }
+        let params = [Param::Before(older_than), limit(max_rows)];
+        self.0
+            .execute(&self.0.statements().dlq_delete_resolved, &params, "deleting resolved DLQ events")
+            .await
+    }
+
+    async fn get(&self, id: Uuid) -> Result<Option<DlqEvent>> {
+        let statements = self.0.statements();
+        let row = self.0.fetch_optional(&statements.dlq_get, &[Param::Id(id)], "reading a DLQ event").await?;
+        row.map(|row| Q::Format::decode_dlq_event(&row, statements.tables.dlq())).transpose()
+    }
+
+    async fn list(&self, filter: &DlqFilter, offset: u64, max_rows: u32) -> Result<Vec<DlqEvent>> {
+        if max_rows == 0 {
+            return Ok(Vec::new());
+        }
+        let statements = self.0.statements();
+        let [status, event_type] = filter_params(filter);
+        let params =
+            [status, event_type, limit(max_rows), Param::Int(i64::try_from(offset).unwrap_or(i64::MAX))];
+        let rows = self.0.fetch_all(&statements.dlq_list, &params, "listing DLQ events").await?;
+        let decoded = Q::Format::decode_dlq_events(&rows, statements.tables.dlq())?;
+        decoded.warn_left_out("a dead letter queue row");
+        Ok(decoded.rows)
+    }
+
+    async fn count(&self, filter: &DlqFilter) -> Result<u64> {
+        let context = "counting DLQ events";
+        let row =
+            self.0.fetch_optional(&self.0.statements().dlq_count, &filter_params(filter), context).await?;
+        let rows = row
+            .map(|row| Q::Db::int(&row, "row_count"))
+            .transpose()
+            .map_err(|error| Q::error(context, error))?;
+        Ok(count(rows.unwrap_or_default()))
+    }
+
+    async fn set_status(&self, selection: &DlqSelection, status: DlqStatus) -> Result<u64> {
+        if !status.is_settable() {
+            return Err(Error::invalid_input(format!(
+                "DLQ status {status} cannot be set; use MOVED, RESOLVED or TO_RETRY"
+            )));
+        }
+        let statements = self.0.statements();
+        let by = [&statements.dlq_set_status_by_ids, &statements.dlq_set_status_by_type];
+        self.by_selection(
+            selection,
+            by,
+            Some(Param::Text(status.as_str())),
+            "changing the status of DLQ events",
+        )
+        .await
+    }
+
+    async fn delete(&self, selection: &DlqSelection) -> Result<u64> {
+        let statements = self.0.statements();
+        let by = [&statements.dlq_delete_by_ids, &statements.dlq_delete_by_type];
+        self.by_selection(selection, by, None, "deleting DLQ events").await
+    }
+
+    async fn counts(&self) -> Result<DlqCounts> {
+        let statements = self.0.statements();
+        let rows = self.0.status_groups(&statements.dlq_counts, "dlq_status", "counting DLQ events").await?;
+        Ok(DlqCounts { by_type_and_status: status_counts(rows, statements.tables.dlq(), "dlq_status")? })
+    }
+}
+
+#[async_trait]
+impl<Q: Queries> InboxDao for SqlxInboxDao<Q> {
+    async fn record(&self, consumer: &str, id: Uuid) -> Result<bool> {
+        self.0.queries.record(&self.0.pool, consumer, id).await
+    }
+
+    async fn record_many(&self, consumer: &str, ids: &[Uuid]) -> Result<Vec<Uuid>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.0.queries.record_many(&self.0.pool, consumer, ids).await
+    }
+
+    async fn forget(&self, consumer: &str, id: Uuid) -> Result<bool> {
+        let params = [Param::Text(consumer), Param::Id(id)];
+        let forgotten =
+            self.0.execute(&self.0.statements().inbox_forget, &params, "forgetting a consumed event").await?;
+        Ok(forgotten > 0)
+    }
+
+    async fn consumed(&self, consumer: &str, ids: &[Uuid]) -> Result<Vec<Uuid>> {
+        let context = "looking up consumed events";
+        let statements = self.0.statements();
+        let mut recorded = HashSet::new();
+        for chunk in ids.chunks(Q::MAX_IDS.max(1)) {
+            let rows = self
+                .0
+                .fetch_all(&statements.inbox_consumed, &[Param::Text(consumer), Param::Ids(chunk)], context)
+                .await?;
+            for row in &rows {
+                let stored = Q::Db::column::<<Q::Format as RowFormat>::Uuid>(row, "id")
+                    .map_err(|error| Q::error(context, error))?;
+                let id = stored.into_model().map_err(|problem| {
+                    Error::new(
+                        oncebox_core::ErrorKind::Decode,
+                        format!("{}.id: {problem}", statements.tables.consumed()),
+                    )
+                })?;
+                recorded.insert(id);
+            }
+        }
+        // `remove` keeps a duplicate in the input from being reported twice.
+        Ok(ids.iter().copied().filter(|id| recorded.remove(id)).collect())
+    }
+
+    async fn delete_older_than(&self, older_than: Duration, max_rows: u32) -> Result<u64> {
+        if max_rows == 0 {
+            return Ok(0);
+        }
+        let params = [Param::Before(older_than), limit(max_rows)];
+        self.0
+            .execute(&self.0.statements().inbox_delete_older_than, &params, "deleting old consumed events")
+            .await
+    }
+}
+
+#[async_trait]
+impl<Q: Queries> JobLock for SqlxJobLock<Q> {
+    async fn try_lock(
+        &self,
+        job: &str,
+        owner: Uuid,
+        lock_at_least_for: Duration,
+        lock_at_most_for: Duration,
+    ) -> Result<Option<JobLease>> {
+        let taken = self.0.queries.try_lock(&self.0.pool, job, owner, lock_at_most_for).await?;
+        Ok(taken.then(|| JobLease { job: job.to_owned(), owner, lock_at_least_for }))
+    }
+
+    async fn unlock(&self, lease: &JobLease) -> Result<()> {
+        let params = [Param::Text(&lease.job), Param::Id(lease.owner), Param::After(lease.lock_at_least_for)];
+        self.0
+            .execute(&self.0.statements().job_unlock, &params, &format!("unlocking job {}", lease.job))
+            .await?;
+        Ok(())
+    }
+}

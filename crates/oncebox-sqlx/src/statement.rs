@@ -1,0 +1,334 @@
+//! Statements as the dialects load them from their `sql/` files, and the values bound to them.
+//!
+//! Every dialect's file for one operation numbers its values the same way (`$1` on PostgreSQL,
+//! `?1` on SQLite and in the MySQL files), so the shared operations bind one list of [`Param`]s
+//! for all of them. MySQL has only positional `?`: [`Statement::positional`] turns each `?N` into
+//! `?` and remembers which value goes there, so a MySQL file can use a value twice or in any order.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use oncebox_core::TableNames;
+use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
+use uuid::Uuid;
+
+/// A value bound to a statement, in the order the statement numbers its placeholders.
+#[derive(Clone, Copy, Debug)]
+pub enum Param<'a> {
+    /// Text: a consumer, an event type, a status, a job name.
+    Text(&'a str),
+    /// Text or `NULL` (a filter that may be absent).
+    OptionalText(Option<&'a str>),
+    /// A whole number: a row limit, an offset, a count.
+    Int(i64),
+    /// One id.
+    Id(Uuid),
+    /// A non-empty list of ids, for `IN`/`ANY`: one array, one JSON text or one placeholder per id,
+    /// as the database takes lists. Callers split long lists with [`Queries::MAX_IDS`].
+    ///
+    /// [`Queries::MAX_IDS`]: crate::Queries::MAX_IDS
+    Ids(&'a [Uuid]),
+    /// A span before a time the statement names (usually the database's now).
+    Before(Duration),
+    /// A span after a time the statement names.
+    After(Duration),
+    /// A point in time read from the database earlier (a claim's time).
+    Time(DateTime<Utc>),
+}
+
+/// One statement, its table names filled in.
+#[derive(Clone, Debug)]
+pub struct Statement {
+    sql: SqlStr,
+    positional: Option<Positional>,
+}
+
+/// A statement for a database with only positional placeholders: the text around them and, for
+/// each, the index of its value in the [`Param`] list.
+#[derive(Clone, Debug)]
+struct Positional {
+    parts: Vec<String>,
+    order: Vec<usize>,
+}
+
+impl Statement {
+    /// A statement whose placeholders the database numbers itself (`$1`, `?1`).
+    ///
+    /// The text must come from the dialect's own files with validated table names spliced in:
+    /// values are always bound, never formatted into it.
+    pub fn numbered(sql: String) -> Self {
+        Self { sql: AssertSqlSafe(Arc::<str>::from(sql)).into_sql_str(), positional: None }
+    }
+
+    /// A statement for a database with only positional `?` placeholders, written with numbered
+    /// ones (`?1`, `?2`, … outside quoted text): each becomes `?`, bound to the value it numbers.
+    ///
+    /// Only `'…'` text is recognised as quoted: the files keep `?N` out of comments (whole `--`
+    /// lines are stripped before), double-quoted text and identifiers.
+    pub fn positional(text: &str) -> Self {
+        let mut parts = Vec::new();
+        let mut order = Vec::new();
+        let mut part = String::with_capacity(text.len());
+        let mut quoted = false;
+        let mut chars = text.char_indices().peekable();
+        while let Some((_, c)) = chars.next() {
+            if c == '\'' {
+                quoted = !quoted;
+            }
+            let starts_number = chars.peek().is_some_and(|(_, next)| next.is_ascii_digit());
+            if c != '?' || quoted || !starts_number {
+                part.push(c);
+                continue;
+            }
+            let mut digits = String::new();
+            while let Some((_, digit)) = chars.next_if(|(_, next)| next.is_ascii_digit()) {
+                digits.push(digit);
+            }
+            parts.push(std::mem::take(&mut part));
+            // `?0` (or a number past usize) names no value: it gets an index no list has, so
+            // binding it fails and names the statement.
+            order.push(
+                digits.parse::<usize>().ok().and_then(|number| number.checked_sub(1)).unwrap_or(usize::MAX),
+            );
+        }
+        parts.push(part);
+        let sql = parts.join("?");
+        Self {
+            sql: AssertSqlSafe(Arc::<str>::from(sql)).into_sql_str(),
+            positional: Some(Positional { parts, order }),
+        }
+    }
+
+    /// The statement's text.
+    pub fn as_str(&self) -> &str {
+        self.sql.as_str()
+    }
+
+    /// The text to run with `params`: the statement itself, or for a positional statement with a
+    /// list of ids, the list's placeholder repeated [`id_slots`] times.
+    pub fn sql_for(&self, params: &[Param<'_>]) -> SqlStr {
+        let Some(positional) = &self.positional else {
+            return self.sql.clone();
+        };
+        let list_len = |index: &usize| match params.get(*index) {
+            Some(Param::Ids(ids)) => Some(ids.len()),
+            _ => None,
+        };
+        if !positional.order.iter().any(|index| list_len(index).is_some()) {
+            return self.sql.clone();
+        }
+        let mut sql = String::with_capacity(self.sql.as_str().len() + 64);
+        for (part, index) in positional.parts.iter().zip(&positional.order) {
+            sql.push_str(part);
+            let slots = list_len(index).map_or(1, id_slots);
+            sql.push_str(&vec!["?"; slots].join(", "));
+        }
+        if let Some(last) = positional.parts.last() {
+            sql.push_str(last);
+        }
+        // Made only of the checked text above and placeholders.
+        AssertSqlSafe(sql).into_sql_str()
+    }
+
+    /// For a positional statement, the index in the [`Param`] list of each placeholder's value,
+    /// in text order; `None` for a numbered one, whose values are bound in list order.
+    pub fn bind_order(&self) -> Option<&[usize]> {
+        self.positional.as_ref().map(|positional| positional.order.as_slice())
+    }
+}
+
+/// How many placeholders a list of `ids` ids gets where each id has its own: the next power of
+/// two, the spare ones bound to the last id again. A repeated id changes nothing in `IN (…)`, and
+/// the server and the driver's statement cache see a dozen texts instead of one per list length.
+pub fn id_slots(ids: usize) -> usize {
+    ids.max(1).next_power_of_two()
+}
+
+/// The text of every statement the shared operations run, as read from a dialect's `sql/`
+/// directory by [`sql_files!`](crate::sql_files).
+#[derive(Clone, Copy, Debug)]
+pub struct SqlFiles {
+    /// Returns stuck `IN_PROCESS` rows to `PENDING`, or fails them after too many recoveries.
+    pub recover_stuck: &'static str,
+    /// Deletes old `PROCESSED` rows.
+    pub delete_processed: &'static str,
+    /// Reads one outbox row.
+    pub get_event: &'static str,
+    /// Counts outbox rows by event type and status.
+    pub count_events: &'static str,
+    /// Deletes old `RESOLVED` DLQ rows.
+    pub dlq_delete_resolved: &'static str,
+    /// Reads one DLQ row.
+    pub dlq_get: &'static str,
+    /// Lists DLQ rows by optional status and event type.
+    pub dlq_list: &'static str,
+    /// Counts DLQ rows by optional status and event type.
+    pub dlq_count: &'static str,
+    /// Counts DLQ rows by event type and DLQ status.
+    pub dlq_counts: &'static str,
+    /// Sets the DLQ status of rows by id.
+    pub dlq_set_status_by_ids: &'static str,
+    /// Sets the DLQ status of an event type's rows.
+    pub dlq_set_status_by_type: &'static str,
+    /// Deletes DLQ rows by id.
+    pub dlq_delete_by_ids: &'static str,
+    /// Deletes an event type's DLQ rows.
+    pub dlq_delete_by_type: &'static str,
+    /// Removes one inbox record.
+    pub inbox_forget: &'static str,
+    /// Which of a list of ids a consumer recorded.
+    pub inbox_consumed: &'static str,
+    /// Deletes old inbox records.
+    pub inbox_delete_older_than: &'static str,
+    /// Ends a job lease, keeping it at least its minimum.
+    pub job_unlock: &'static str,
+}
+
+/// The [`SqlFiles`] of the calling crate's `sql/` directory, embedded at compile time: every
+/// sqlx dialect keeps its statements under the same file names.
+#[macro_export]
+macro_rules! sql_files {
+    () => {
+        $crate::sql_files!(@files recover_stuck, delete_processed, get_event, count_events,
+            dlq_delete_resolved, dlq_get, dlq_list, dlq_count, dlq_counts, dlq_set_status_by_ids,
+            dlq_set_status_by_type, dlq_delete_by_ids, dlq_delete_by_type, inbox_forget,
+            inbox_consumed, inbox_delete_older_than, job_unlock)
+    };
+    (@files $($name:ident),* $(,)?) => {
+        $crate::SqlFiles {
+            $($name: include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/sql/", stringify!($name), ".sql")),)*
+        }
+    };
+}
+
+/// The migrations of one dialect, in order, as `(file name, SQL)` pairs embedded at compile time
+/// from `migrations/<dialect>/` at the workspace root: every dialect ships the same five files,
+/// written for the default table names so that any migration tool can run them as they are.
+#[macro_export]
+macro_rules! migrations {
+    ($dialect:literal) => {
+        $crate::migrations!(@files $dialect; "0001_outbox_events.sql", "0002_outbox_dlq_events.sql",
+            "0003_outbox_consumed_events.sql", "0004_outbox_jobs.sql",
+            "0005_outbox_events_recoveries.sql")
+    };
+    (@files $dialect:literal; $($file:literal),*) => {
+        [$(($file, include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../migrations/", $dialect, "/", $file)))),*]
+    };
+}
+
+/// The statements the shared operations run, rendered for one set of table names.
+#[derive(Clone, Debug)]
+pub struct Statements {
+    pub(crate) tables: TableNames,
+    pub(crate) recover_stuck: Statement,
+    pub(crate) delete_processed: Statement,
+    pub(crate) get_event: Statement,
+    pub(crate) count_events: Statement,
+    pub(crate) dlq_delete_resolved: Statement,
+    pub(crate) dlq_get: Statement,
+    pub(crate) dlq_list: Statement,
+    pub(crate) dlq_count: Statement,
+    pub(crate) dlq_counts: Statement,
+    pub(crate) dlq_set_status_by_ids: Statement,
+    pub(crate) dlq_set_status_by_type: Statement,
+    pub(crate) dlq_delete_by_ids: Statement,
+    pub(crate) dlq_delete_by_type: Statement,
+    pub(crate) inbox_forget: Statement,
+    pub(crate) inbox_consumed: Statement,
+    pub(crate) inbox_delete_older_than: Statement,
+    pub(crate) job_unlock: Statement,
+}
+
+impl Statements {
+    /// Prepares each of `files` with `prepare` (which renders the table names of `tables` and
+    /// makes a [`Statement`] the way the database numbers placeholders).
+    pub fn new(tables: &TableNames, files: SqlFiles, prepare: impl Fn(&str) -> Statement) -> Self {
+        Self {
+            tables: tables.clone(),
+            recover_stuck: prepare(files.recover_stuck),
+            delete_processed: prepare(files.delete_processed),
+            get_event: prepare(files.get_event),
+            count_events: prepare(files.count_events),
+            dlq_delete_resolved: prepare(files.dlq_delete_resolved),
+            dlq_get: prepare(files.dlq_get),
+            dlq_list: prepare(files.dlq_list),
+            dlq_count: prepare(files.dlq_count),
+            dlq_counts: prepare(files.dlq_counts),
+            dlq_set_status_by_ids: prepare(files.dlq_set_status_by_ids),
+            dlq_set_status_by_type: prepare(files.dlq_set_status_by_type),
+            dlq_delete_by_ids: prepare(files.dlq_delete_by_ids),
+            dlq_delete_by_type: prepare(files.dlq_delete_by_type),
+            inbox_forget: prepare(files.inbox_forget),
+            inbox_consumed: prepare(files.inbox_consumed),
+            inbox_delete_older_than: prepare(files.inbox_delete_older_than),
+            job_unlock: prepare(files.job_unlock),
+        }
+    }
+
+    /// The table names the statements were rendered for.
+    pub fn tables(&self) -> &TableNames {
+        &self.tables
+    }
+
+    /// Every statement, for checks that each is fully rendered.
+    pub fn all(&self) -> [&Statement; 17] {
+        [
+            &self.recover_stuck,
+            &self.delete_processed,
+            &self.get_event,
+            &self.count_events,
+            &self.dlq_delete_resolved,
+            &self.dlq_get,
+            &self.dlq_list,
+            &self.dlq_count,
+            &self.dlq_counts,
+            &self.dlq_set_status_by_ids,
+            &self.dlq_set_status_by_type,
+            &self.dlq_delete_by_ids,
+            &self.dlq_delete_by_type,
+            &self.inbox_forget,
+            &self.inbox_consumed,
+            &self.inbox_delete_older_than,
+            &self.job_unlock,
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positional_statements_bind_each_number_where_it_stands() {
+        let statement = Statement::positional(
+            "UPDATE t SET a = ?3, note = 'why?1' WHERE (?1 IS NULL OR s = ?1) AND b = ?2 LIMIT ?10",
+        );
+        assert_eq!(
+            statement.as_str(),
+            "UPDATE t SET a = ?, note = 'why?1' WHERE (? IS NULL OR s = ?) AND b = ? LIMIT ?"
+        );
+        assert_eq!(statement.bind_order(), Some(&[2, 0, 0, 1, 9][..]));
+        assert_eq!(Statement::numbered("SELECT $1".into()).bind_order(), None);
+        assert_eq!(Statement::positional("SELECT ?0").bind_order(), Some(&[usize::MAX][..]));
+    }
+
+    #[test]
+    fn id_lists_of_positional_statements_get_one_placeholder_per_slot() {
+        let statement = Statement::positional("DELETE FROM t WHERE s = ?1 AND id IN (?2)");
+        let ids = [Uuid::nil(); 3];
+        let sql = statement.sql_for(&[Param::Text("x"), Param::Ids(&ids)]);
+        assert_eq!(sql.as_str(), "DELETE FROM t WHERE s = ? AND id IN (?, ?, ?, ?)");
+        let single = statement.sql_for(&[Param::Text("x"), Param::Id(Uuid::nil())]);
+        assert_eq!(single.as_str(), "DELETE FROM t WHERE s = ? AND id IN (?)");
+    }
+
+    #[test]
+    fn id_lists_are_padded_to_powers_of_two() {
+        assert_eq!(id_slots(0), 1);
+        assert_eq!(id_slots(1), 1);
+        assert_eq!(id_slots(3), 4);
+        assert_eq!(id_slots(100), 128);
+        assert_eq!(id_slots(4096), 4096);
+    }
+}
