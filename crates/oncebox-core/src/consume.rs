@@ -312,6 +312,79 @@ impl<M: Send + 'static> Handlers<M> {
     }
 }
 
+/// A transport's listener configuration, as [`ListenerBuilder`] needs it.
+pub trait ListenerConfig: Sized {
+    /// What the broker says about a message: the `M` of the handlers' [`Received<T, M>`].
+    type Source: Send + 'static;
+    /// The listener this configuration builds.
+    type Listener;
+    /// The configuration section errors name (`kafka.listener`).
+    const SECTION: &'static str;
+
+    /// Checks every setting, naming the first that is wrong.
+    fn validate(&self) -> Result<()>;
+
+    /// The listener with `handlers` (checked, and never empty).
+    fn listener(self, handlers: Handlers<Self::Source>) -> Result<Self::Listener>;
+}
+
+/// Builds a transport's listener: one handler per event type, then [`build`](Self::build).
+pub struct ListenerBuilder<C: ListenerConfig> {
+    config: C,
+    handlers: Handlers<C::Source>,
+}
+
+impl<C: ListenerConfig + fmt::Debug> fmt::Debug for ListenerBuilder<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ListenerBuilder")
+            .field("config", &self.config)
+            .field("handlers", &self.handlers)
+            .finish()
+    }
+}
+
+impl<C: ListenerConfig> ListenerBuilder<C> {
+    /// A builder for `config` with no handler yet.
+    pub fn new(config: C) -> Self {
+        Self { config, handlers: Handlers::new() }
+    }
+
+    /// Handles `event_type` with `handler`; see [`Handlers::on`].
+    #[must_use]
+    pub fn on<T, F, Fut>(mut self, event_type: impl Into<String>, handler: F) -> Self
+    where
+        T: DeserializeOwned + Send + 'static,
+        F: Fn(Received<T, C::Source>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Consumed<()>>> + Send + 'static,
+    {
+        self.handlers = self.handlers.on(event_type, handler);
+        self
+    }
+
+    /// Handles `event_type` through `inbox`; see [`Handlers::on_once`]. A redelivered message is
+    /// settled without running `effect` again.
+    #[must_use]
+    pub fn on_once<T, W, F, Fut>(mut self, event_type: impl Into<String>, inbox: Inbox<W>, effect: F) -> Self
+    where
+        T: DeserializeOwned + Send + Sync + 'static,
+        W: Send + Sync + 'static,
+        F: Fn(Received<T, C::Source>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<()>> + Send + 'static,
+    {
+        self.handlers = self.handlers.on_once(event_type, inbox, effect);
+        self
+    }
+
+    /// The listener; checks the configuration and that at least one handler is registered.
+    pub fn build(self) -> Result<C::Listener> {
+        self.config.validate()?;
+        if self.handlers.is_empty() {
+            return Err(Error::config(C::SECTION, "no event type has a handler"));
+        }
+        self.config.listener(self.handlers)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,14 +22,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use oncebox_core::consume::{EventHeaders, HandlerFailure, Handlers, Outcome, Received};
+use oncebox_core::consume::{
+    EventHeaders, HandlerFailure, Handlers, ListenerBuilder, ListenerConfig, Outcome, Received,
+};
 use oncebox_core::event::HEADER_EVENT_TYPE;
-use oncebox_core::{Consumed, Error, ErrorKind, Inbox, Result};
+use oncebox_core::{Error, ErrorKind, Result};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::message::{Header, Headers as _, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
-use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 use uuid::Uuid;
@@ -72,48 +73,23 @@ pub struct KafkaSource {
 /// group rebalances.
 pub type KafkaOutcome = Outcome;
 
-/// Builds a [`KafkaListener`]: one typed handler per event type.
-pub struct KafkaListenerBuilder {
-    config: KafkaListenerConfig,
-    handlers: Handlers<KafkaSource>,
-}
+/// Builds a [`KafkaListener`]: one typed handler per event type ([`ListenerBuilder::on`],
+/// [`ListenerBuilder::on_once`]), then [`ListenerBuilder::build`].
+pub type KafkaListenerBuilder = ListenerBuilder<KafkaListenerConfig>;
 
-impl KafkaListenerBuilder {
-    /// Handles `event_type` with `handler`; see [`Handlers::on`].
-    #[must_use]
-    pub fn on<T, F, Fut>(mut self, event_type: impl Into<String>, handler: F) -> Self
-    where
-        T: DeserializeOwned + Send + 'static,
-        F: Fn(KafkaEvent<T>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Consumed<()>>> + Send + 'static,
-    {
-        self.handlers = self.handlers.on(event_type, handler);
-        self
+impl ListenerConfig for KafkaListenerConfig {
+    type Source = KafkaSource;
+    type Listener = KafkaListener;
+    const SECTION: &'static str = "kafka.listener";
+
+    fn validate(&self) -> Result<()> {
+        KafkaListenerConfig::validate(self)
     }
 
-    /// Handles `event_type` through `inbox`; see [`Handlers::on_once`]. A redelivered record is
-    /// committed without running `effect` again.
-    #[must_use]
-    pub fn on_once<T, W, F, Fut>(mut self, event_type: impl Into<String>, inbox: Inbox<W>, effect: F) -> Self
-    where
-        T: DeserializeOwned + Send + Sync + 'static,
-        W: Send + Sync + 'static,
-        F: Fn(KafkaEvent<T>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<()>> + Send + 'static,
-    {
-        self.handlers = self.handlers.on_once(event_type, inbox, effect);
-        self
-    }
-
-    /// The listener; checks the configuration and that at least one handler is registered.
-    pub fn build(self) -> Result<KafkaListener> {
-        self.config.validate()?;
-        if self.handlers.is_empty() {
-            return Err(Error::config("kafka.listener", "no event type has a handler"));
-        }
-        let dead_letters = match &self.config.dead_letter_topic {
+    fn listener(self, handlers: Handlers<KafkaSource>) -> Result<KafkaListener> {
+        let dead_letters = match &self.dead_letter_topic {
             Some(_) => {
-                let client = self.config.dead_letter_producer_config();
+                let client = self.dead_letter_producer_config();
                 Some(
                     client
                         .create::<FutureProducer>()
@@ -123,13 +99,7 @@ impl KafkaListenerBuilder {
             None => None,
         };
         let (outcomes, _) = broadcast::channel(1024);
-        Ok(KafkaListener {
-            config: self.config,
-            handlers: self.handlers,
-            dead_letters,
-            outcomes,
-            poison: AtomicU64::new(0),
-        })
+        Ok(KafkaListener { config: self, handlers, dead_letters, outcomes, poison: AtomicU64::new(0) })
     }
 }
 
@@ -282,7 +252,7 @@ pub fn decode_record(record: &OwnedMessage) -> Result<KafkaEvent<Vec<u8>>> {
 impl KafkaListener {
     /// A builder for a listener with `config`.
     pub fn builder(config: KafkaListenerConfig) -> KafkaListenerBuilder {
-        KafkaListenerBuilder { config, handlers: Handlers::new() }
+        ListenerBuilder::new(config)
     }
 
     /// What the listener does with each record, as it happens (a bounded broadcast: a slow

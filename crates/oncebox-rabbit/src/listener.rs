@@ -40,9 +40,10 @@ use lapin::options::{
 };
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{Connection, ConnectionProperties, ExchangeKind};
-use oncebox_core::consume::{EventHeaders, HandlerFailure, Handlers, Outcome, Received};
-use oncebox_core::{Consumed, Error, ErrorKind, Inbox, Result};
-use serde::de::DeserializeOwned;
+use oncebox_core::consume::{
+    EventHeaders, HandlerFailure, Handlers, ListenerBuilder, ListenerConfig, Outcome, Received,
+};
+use oncebox_core::{Error, ErrorKind, Result};
 use tokio::sync::{broadcast, watch};
 use uuid::Uuid;
 
@@ -107,49 +108,24 @@ enum SessionEnd {
     Lost { error: Error, consumed: bool },
 }
 
-/// Builds a [`RabbitListener`]: one handler per event type.
-pub struct RabbitListenerBuilder {
-    config: RabbitListenerConfig,
-    handlers: Handlers<RabbitSource>,
-}
+/// Builds a [`RabbitListener`]: one handler per event type ([`ListenerBuilder::on`],
+/// [`ListenerBuilder::on_once`]), then [`ListenerBuilder::build`].
+pub type RabbitListenerBuilder = ListenerBuilder<RabbitListenerConfig>;
 
-impl RabbitListenerBuilder {
-    /// Handles `event_type` with `handler`; see [`Handlers::on`].
-    #[must_use]
-    pub fn on<T, F, Fut>(mut self, event_type: impl Into<String>, handler: F) -> Self
-    where
-        T: DeserializeOwned + Send + 'static,
-        F: Fn(RabbitEvent<T>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Consumed<()>>> + Send + 'static,
-    {
-        self.handlers = self.handlers.on(event_type, handler);
-        self
+impl ListenerConfig for RabbitListenerConfig {
+    type Source = RabbitSource;
+    type Listener = RabbitListener;
+    const SECTION: &'static str = "rabbit.listener";
+
+    fn validate(&self) -> Result<()> {
+        RabbitListenerConfig::validate(self)
     }
 
-    /// Handles `event_type` through `inbox`; see [`Handlers::on_once`]. A redelivered event is
-    /// acknowledged without running `effect` again.
-    #[must_use]
-    pub fn on_once<T, W, F, Fut>(mut self, event_type: impl Into<String>, inbox: Inbox<W>, effect: F) -> Self
-    where
-        T: DeserializeOwned + Send + Sync + 'static,
-        W: Send + Sync + 'static,
-        F: Fn(RabbitEvent<T>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<()>> + Send + 'static,
-    {
-        self.handlers = self.handlers.on_once(event_type, inbox, effect);
-        self
-    }
-
-    /// The listener; checks the configuration.
-    pub fn build(self) -> Result<RabbitListener> {
-        self.config.validate()?;
-        if self.handlers.is_empty() {
-            return Err(Error::config("rabbit.listener", "no event type has a handler"));
-        }
+    fn listener(self, handlers: Handlers<RabbitSource>) -> Result<RabbitListener> {
         let (outcomes, _) = broadcast::channel(1024);
         Ok(RabbitListener {
-            config: self.config,
-            handlers: Arc::new(self.handlers),
+            config: self,
+            handlers: Arc::new(handlers),
             outcomes,
             local_attempts: Arc::new(Mutex::new(HashMap::new())),
         })
@@ -268,7 +244,7 @@ async fn channel_closed(channel: &lapin::Channel, delivery: &Delivery) {
 impl RabbitListener {
     /// A builder for a listener with `config`.
     pub fn builder(config: RabbitListenerConfig) -> RabbitListenerBuilder {
-        RabbitListenerBuilder { config, handlers: Handlers::new() }
+        ListenerBuilder::new(config)
     }
 
     /// What the listener does with each delivery, as it happens (a bounded broadcast: a slow
@@ -667,6 +643,7 @@ impl RabbitListener {
 mod tests {
     use super::*;
     use lapin::BasicProperties;
+    use oncebox_core::Consumed;
     use oncebox_core::event::{HEADER_EVENT_ID, HEADER_PAYLOAD_TYPE};
 
     fn delivery(headers: &[(&str, &str)]) -> Delivery {
