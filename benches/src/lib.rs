@@ -9,7 +9,7 @@ use std::error::Error;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use oncebox_core::{OutboundMessage, SendError, Sender};
+use oncebox_core::{Deadline, OutboundMessage, SendError, Sender};
 use serde::Serialize;
 
 pub mod pg_backlog;
@@ -144,7 +144,7 @@ pub struct CountingSender;
 
 #[async_trait]
 impl Sender for CountingSender {
-    async fn send(&self, batch: &[OutboundMessage]) -> Vec<Result<(), SendError>> {
+    async fn send(&self, batch: &[OutboundMessage], _deadline: Deadline) -> Vec<Result<(), SendError>> {
         batch.iter().map(|_| Ok(())).collect()
     }
 }

@@ -202,15 +202,12 @@ pub async fn run_relay(file: &ChaosFile) -> Result<()> {
 
 async fn relay<S: Store, T: Transport>(file: &ChaosFile) -> Result<()> {
     let names = file.names()?;
-    let emergency_timeout = file
-        .oncebox
-        .outbox
-        .as_ref()
-        .map(|outbox| outbox.emergency_timeout)
-        .ok_or_else(|| Error::config("oncebox.outbox", "a relay needs the outbox section"))?;
+    if file.oncebox.outbox.is_none() {
+        return Err(Error::config("oncebox.outbox", "a relay needs the outbox section"));
+    }
     let outbox = Oncebox::builder(file.oncebox.clone())
         .dialect(store::<S>(&names)?.open().await?)
-        .sender_arc(transport::<T>()?.sender(emergency_timeout)?)
+        .sender_arc(transport::<T>()?.sender()?)
         .start()
         .await?;
     let stats_path = RelayStats::path(&file.chaos.stats_dir, std::process::id());

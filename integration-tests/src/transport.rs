@@ -14,7 +14,7 @@ use oncebox::kafka::{KafkaEvent, KafkaListener, KafkaListenerConfig, KafkaSender
 use oncebox::rabbit::{
     RabbitEvent, RabbitListener, RabbitListenerConfig, RabbitSender, RabbitSenderConfig, RabbitTopology,
 };
-use oncebox::{Consumed, OutboundMessage, Result, Sender};
+use oncebox::{Consumed, Deadline, OutboundMessage, Result, Sender};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use tokio::sync::oneshot;
@@ -110,9 +110,8 @@ pub trait Transport: Sized + Send + Sync + 'static {
     /// Creates what must exist before anything is published to `names.destination`.
     fn prepare(&self, names: &Names) -> impl Future<Output = Result<()>> + Send;
 
-    /// A new sender for the relay, waiting at most `emergency_timeout` for the broker's
-    /// acknowledgement of a batch.
-    fn sender(&self, emergency_timeout: Duration) -> Result<Arc<dyn Sender>>;
+    /// A new sender for the relay (the engine hands it the emergency timeout).
+    fn sender(&self) -> Result<Arc<dyn Sender>>;
 
     /// Starts the transport's listener on `names.consumer`, handing every delivery of `event_type`
     /// to `handler`; returns once deliveries published from now on reach it.
@@ -202,9 +201,8 @@ impl Transport for KafkaTransport {
         Ok(())
     }
 
-    fn sender(&self, emergency_timeout: Duration) -> Result<Arc<dyn Sender>> {
-        let config = self.sender_config().with_emergency_timeout(emergency_timeout);
-        Ok(Arc::new(KafkaSender::new(config)?))
+    fn sender(&self) -> Result<Arc<dyn Sender>> {
+        Ok(Arc::new(KafkaSender::new(self.sender_config())?))
     }
 
     async fn listen(&self, names: &Names, event_type: &str, handler: EventHandler) -> Result<Listening> {
@@ -251,7 +249,7 @@ impl Transport for KafkaTransport {
 
     async fn republish(&self, messages: &[OutboundMessage]) -> Result<()> {
         let sender = KafkaSender::new(self.sender_config())?;
-        all_acknowledged(sender.send(messages).await)?;
+        all_acknowledged(sender.send(messages, Deadline::after(EMERGENCY_TIMEOUT)).await)?;
         sender.flush(EMERGENCY_TIMEOUT).await
     }
 
@@ -326,9 +324,8 @@ impl Transport for RabbitTransport {
         Ok(())
     }
 
-    fn sender(&self, emergency_timeout: Duration) -> Result<Arc<dyn Sender>> {
-        let config = RabbitSenderConfig::new(&self.url).with_emergency_timeout(emergency_timeout);
-        Ok(Arc::new(RabbitSender::new(config)?))
+    fn sender(&self) -> Result<Arc<dyn Sender>> {
+        Ok(Arc::new(RabbitSender::new(RabbitSenderConfig::new(&self.url))?))
     }
 
     async fn listen(&self, names: &Names, event_type: &str, handler: EventHandler) -> Result<Listening> {
@@ -374,7 +371,7 @@ impl Transport for RabbitTransport {
 
     async fn republish(&self, messages: &[OutboundMessage]) -> Result<()> {
         let sender = RabbitSender::new(RabbitSenderConfig::new(&self.url))?;
-        let sent = all_acknowledged(sender.send(messages).await);
+        let sent = all_acknowledged(sender.send(messages, Deadline::after(EMERGENCY_TIMEOUT)).await);
         sender.close().await?;
         sent
     }

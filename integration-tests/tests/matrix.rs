@@ -16,7 +16,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use oncebox::{Config, Oncebox};
-use oncebox_integration_tests::transport::EMERGENCY_TIMEOUT;
 use oncebox_integration_tests::{
     EVENT_TYPE, EventHandler, KafkaTransport, Ledger, MySqlStore, Names, Order, PgStore, Placed,
     RabbitTransport, SqliteStore, Store, Transport, copies_of,
@@ -145,7 +144,7 @@ async fn run<S: Store, T: Transport>(
     let names = Arc::new(names.clone());
     let primary = Oncebox::builder(config(&names)?)
         .dialect(store.open().await.map_err(fail)?)
-        .sender_arc(transport.sender(EMERGENCY_TIMEOUT).map_err(fail)?)
+        .sender_arc(transport.sender().map_err(fail)?)
         .start()
         .await
         .map_err(fail)?;
@@ -170,7 +169,7 @@ async fn run<S: Store, T: Transport>(
     for _ in 1..S::RELAYS {
         let instance = Oncebox::builder(config(&names)?)
             .dialect(store.open().await.map_err(fail)?)
-            .sender_arc(transport.sender(EMERGENCY_TIMEOUT).map_err(fail)?)
+            .sender_arc(transport.sender().map_err(fail)?)
             .start()
             .await
             .map_err(fail)?;

@@ -20,7 +20,7 @@ use clap::Parser;
 use oncebox_benches::pg_backlog::{Bench, RawSql, check_drained, fast_polling, raw_loop, write_template};
 use oncebox_benches::{BenchPayload, BenchResult, EVENT_TYPE, median, per_second, server_url};
 use oncebox_core::config::EventSettings;
-use oncebox_core::{Config, Dialect, Engine, EngineParts, Lifecycle, OutboundMessage, Sender};
+use oncebox_core::{Config, Deadline, Dialect, Engine, EngineParts, Lifecycle, OutboundMessage, Sender};
 use oncebox_kafka::{KafkaSender, KafkaSenderConfig};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -151,7 +151,7 @@ async fn publish_raw(producer: &FutureProducer, batch: &[OutboundMessage]) -> Be
 
 async fn send(sender: &KafkaSender, batch: &[OutboundMessage]) -> BenchResult<u64> {
     let mut acknowledged = 0;
-    for result in sender.send(batch).await {
+    for result in sender.send(batch, Deadline::after(DELIVERY_TIMEOUT)).await {
         result?;
         acknowledged += 1;
     }
@@ -162,8 +162,9 @@ async fn send(sender: &KafkaSender, batch: &[OutboundMessage]) -> BenchResult<u6
 async fn publish_phase(args: &Args, bootstrap: &str) -> BenchResult<f64> {
     let topic = create_topic(bootstrap, "oncebox-bench-publish-").await?;
     let raw = raw_producer(bootstrap)?;
-    let sender =
-        KafkaSender::new(KafkaSenderConfig::new(bootstrap).with_emergency_timeout(DELIVERY_TIMEOUT))?;
+    let sender = KafkaSender::new(KafkaSenderConfig::new(bootstrap))?;
+    // As an engine configured with the same emergency timeout would hand it over.
+    sender.adopt_emergency_timeout(DELIVERY_TIMEOUT)?;
     let batches: Vec<Vec<OutboundMessage>> = (0..args.messages.div_ceil(args.batch_size))
         .map(|batch| {
             let first = batch * args.batch_size;
@@ -272,8 +273,7 @@ async fn drain(args: &Args, bootstrap: &str, bench: &Bench, raw_producer_rate: f
         .event(EVENT_TYPE, EventSettings::new(&topic).batch_size(batch_size).polling(fast_polling()))
         .build()?;
     let dialect = bench.instance().await?;
-    let sender =
-        KafkaSender::new(KafkaSenderConfig::new(bootstrap).with_emergency_timeout(DELIVERY_TIMEOUT))?;
+    let sender = KafkaSender::new(KafkaSenderConfig::new(bootstrap))?;
     let mut parts = EngineParts::new(config);
     parts.outbox = Some(dialect.outbox_dao());
     parts.dlq = Some(dialect.dlq_dao());

@@ -32,8 +32,8 @@ use oncebox_benches::{
 use oncebox_core::config::EventSettings;
 use oncebox_core::event::OutboxCounts;
 use oncebox_core::{
-    ClaimedBatch, Config, Dialect, Engine, EngineHandle, EngineParts, Lifecycle, OutboundMessage, OutboxDao,
-    OutboxEvent, Publisher, SendError, Sender, SettleReport, Settlement,
+    ClaimedBatch, Config, Deadline, Dialect, Engine, EngineHandle, EngineParts, Lifecycle, OutboundMessage,
+    OutboxDao, OutboxEvent, Publisher, SendError, Sender, SettleReport, Settlement,
 };
 use oncebox_postgres::PgWriter;
 use oncebox_testkit::MemoryBroker;
@@ -491,9 +491,9 @@ impl TimedSender {
 
 #[async_trait]
 impl Sender for TimedSender {
-    async fn send(&self, batch: &[OutboundMessage]) -> Vec<Result<(), SendError>> {
+    async fn send(&self, batch: &[OutboundMessage], deadline: Deadline) -> Vec<Result<(), SendError>> {
         let started = Instant::now();
-        let results = self.inner.send(batch).await;
+        let results = self.inner.send(batch, deadline).await;
         add_elapsed(&self.nanos, started);
         results
     }

@@ -22,7 +22,7 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, ExchangeKind};
 use oncebox_benches::{BenchPayload, BenchResult, EVENT_TYPE, fresh_name, median, per_second, server_url};
-use oncebox_core::{OutboundMessage, Sender};
+use oncebox_core::{Deadline, OutboundMessage, Sender};
 use oncebox_rabbit::{RabbitSender, RabbitSenderConfig};
 use uuid::Uuid;
 
@@ -146,8 +146,7 @@ async fn measure(
 ) -> BenchResult<()> {
     let raw = connection.create_channel().await?;
     raw.confirm_select(ConfirmSelectOptions::default()).await?;
-    let sender =
-        RabbitSender::new(RabbitSenderConfig::new(url).with_emergency_timeout(Duration::from_secs(60)))?;
+    let sender = RabbitSender::new(RabbitSenderConfig::new(url))?;
     sender.connect().await?;
 
     let batches: Vec<Vec<OutboundMessage>> = (0..args.messages.div_ceil(args.batch_size))
@@ -286,7 +285,7 @@ async fn publish_raw(
 
 async fn send(sender: &RabbitSender, batch: &[OutboundMessage]) -> BenchResult<u64> {
     let mut confirmed = 0;
-    for result in sender.send(batch).await {
+    for result in sender.send(batch, Deadline::after(Duration::from_secs(60))).await {
         result?;
         confirmed += 1;
     }

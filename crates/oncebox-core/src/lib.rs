@@ -49,6 +49,6 @@ pub use hooks::{ConsumedCache, NoCache, NoMetrics, OutboxMetrics};
 pub use hooks::{DlqHandler, LogDlqHandler};
 pub use inbox::{ConsumeError, Consumed, Inbox};
 pub use publisher::{EventMeta, Publisher};
-pub use sender::{SendError, Sender};
+pub use sender::{Deadline, SendError, Sender};
 pub use serializer::{JsonSerializer, SerializedEvent, Serializer, UuidGenerator, UuidV7Generator};
 pub use tables::TableNames;

@@ -5,13 +5,14 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use oncebox_core::config::{Format, HumanDuration, section};
+use oncebox_core::config::{Format, section};
 use oncebox_core::retry::Doubling;
 use oncebox_core::{Error, Result};
 use rdkafka::ClientConfig;
 use serde::Deserialize;
 
-/// Default bound on one batch, the same as the default of `oncebox.outbox.sender.emergency-timeout`.
+/// The producer's `message.timeout.ms` until an engine hands the sender its
+/// `oncebox.outbox.sender.emergency-timeout` (whose default it equals).
 pub const DEFAULT_EMERGENCY_TIMEOUT: Duration = Duration::from_secs(120);
 /// Default first wait before a failed handler runs again.
 pub const DEFAULT_RETRY_MIN: Duration = Duration::from_millis(200);
@@ -20,8 +21,8 @@ pub const DEFAULT_RETRY_MAX: Duration = Duration::from_secs(30);
 /// Default wait for the message in hand at shutdown.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
-/// Longest emergency timeout: it becomes librdkafka's `message.timeout.ms`, an `i32` of
-/// milliseconds (about 24.8 days).
+/// Longest emergency timeout a Kafka sender adopts: it becomes librdkafka's `message.timeout.ms`,
+/// an `i32` of milliseconds (about 24.8 days).
 pub const MAX_EMERGENCY_TIMEOUT: Duration = Duration::from_millis(i32::MAX as u64);
 /// Longest retry backoff and shutdown grace of the listener (one day): a deadline computed from a
 /// longer one could overflow the clock, and nobody waits longer for a record in practice.
@@ -167,14 +168,14 @@ fn is_connection_property(key: &str) -> bool {
 
 /// How a [`KafkaSender`](crate::KafkaSender) reaches the cluster.
 ///
-/// Defaults: `acks=all`, `enable.idempotence=true`, `message.timeout.ms` = the emergency timeout.
+/// Defaults: `acks=all`, `enable.idempotence=true`, `message.timeout.ms` = the engine's
+/// `oncebox.outbox.sender.emergency-timeout` (adopted when the engine starts).
 /// Any other librdkafka producer property passes through with
 /// [`with_producer_property`](Self::with_producer_property) (or `oncebox.kafka.producer.*` in a
 /// file). `Debug` shows only the values of known non-secret properties.
 #[derive(Clone, PartialEq, Eq)]
 pub struct KafkaSenderConfig {
     pub(crate) bootstrap_servers: String,
-    pub(crate) emergency_timeout: Duration,
     pub(crate) properties: BTreeMap<String, String>,
 }
 
@@ -182,7 +183,6 @@ impl fmt::Debug for KafkaSenderConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KafkaSenderConfig")
             .field("bootstrap_servers", &self.bootstrap_servers)
-            .field("emergency_timeout", &self.emergency_timeout)
             .field("properties", &redacted(&self.properties))
             .finish()
     }
@@ -190,18 +190,15 @@ impl fmt::Debug for KafkaSenderConfig {
 
 impl KafkaSenderConfig {
     /// Settings for the cluster at `bootstrap_servers` (`host:port[,host:port…]`; a leading
-    /// `kafka://` is accepted) with a 120 s emergency timeout.
+    /// `kafka://` is accepted).
     pub fn new(bootstrap_servers: impl Into<String>) -> Self {
-        Self {
-            bootstrap_servers: strip_scheme(bootstrap_servers.into()),
-            emergency_timeout: DEFAULT_EMERGENCY_TIMEOUT,
-            properties: BTreeMap::new(),
-        }
+        Self { bootstrap_servers: strip_scheme(bootstrap_servers.into()), properties: BTreeMap::new() }
     }
 
     /// Reads `oncebox.kafka` from a YAML document (other keys of the document are ignored):
-    /// `bootstrap-servers`, optional `emergency-timeout` (humantime) and `producer` (a map of
-    /// librdkafka properties).
+    /// `bootstrap-servers` and optional `producer` (a map of librdkafka properties). The bound on
+    /// a send is the engine's `oncebox.outbox.sender.emergency-timeout`; an
+    /// `oncebox.kafka.emergency-timeout` is refused with a pointer to it.
     pub fn from_yaml_str(text: &str) -> Result<Self> {
         Self::from_section(KafkaSection::from_yaml_str(text)?)
     }
@@ -212,23 +209,11 @@ impl KafkaSenderConfig {
     }
 
     fn from_section(section: KafkaSection) -> Result<Self> {
+        section.refuse_moved_keys()?;
         let mut config = Self::new(section.bootstrap_servers()?);
-        if let Some(timeout) = section.emergency_timeout() {
-            config = config.with_emergency_timeout(timeout);
-        }
         config.properties = section.producer;
         config.validate()?;
         Ok(config)
-    }
-
-    /// Bounds one `send` call; also becomes `message.timeout.ms`, so librdkafka gives a record up
-    /// no later than the batch is settled as failed and a late delivery report can never be counted.
-    /// Pass the engine's `oncebox.outbox.sender.emergency-timeout` (`OutboxConfig::emergency_timeout`).
-    /// At most [`MAX_EMERGENCY_TIMEOUT`]; [`validate`](Self::validate) refuses a longer one.
-    #[must_use]
-    pub fn with_emergency_timeout(mut self, timeout: Duration) -> Self {
-        self.emergency_timeout = timeout;
-        self
     }
 
     /// A librdkafka producer property (`linger.ms`, `compression.type`, `security.protocol`, …),
@@ -244,29 +229,11 @@ impl KafkaSenderConfig {
         &self.bootstrap_servers
     }
 
-    /// The bound on one batch.
-    pub fn emergency_timeout(&self) -> Duration {
-        self.emergency_timeout
-    }
-
     /// Checks the settings once, naming the offending key.
     pub fn validate(&self) -> Result<()> {
         if self.bootstrap_servers.trim().is_empty() {
             return Err(Error::config("kafka.bootstrap-servers", "must name at least one host:port"));
         }
-        if self.emergency_timeout < Duration::from_millis(1) {
-            return Err(Error::config("kafka.emergency-timeout", "must be at least 1ms"));
-        }
-        if self.emergency_timeout > MAX_EMERGENCY_TIMEOUT {
-            return Err(Error::config(
-                "kafka.emergency-timeout",
-                format!(
-                    "{:?} is above {MAX_EMERGENCY_TIMEOUT:?}, the longest librdkafka accepts as message.timeout.ms",
-                    self.emergency_timeout
-                ),
-            ));
-        }
-        let limit = self.emergency_timeout.as_millis();
         for key in self.properties.keys() {
             if OWNED_PRODUCER_KEYS.contains(&key.as_str()) {
                 return Err(Error::config(
@@ -275,23 +242,54 @@ impl KafkaSenderConfig {
                 ));
             }
         }
+        self.delivery_timeouts().map(|_| ())
+    }
+
+    /// The user's `message.timeout.ms` / `delivery.timeout.ms`, checked to be numbers from 1 ms.
+    fn delivery_timeouts(&self) -> Result<Vec<(&'static str, u128)>> {
+        let mut found = Vec::new();
         for key in ["message.timeout.ms", "delivery.timeout.ms"] {
             if let Some(value) = self.properties.get(key) {
                 let millis: u128 = value.trim().parse().map_err(|_| {
                     Error::config(format!("kafka.producer.{key}"), format!("'{value}' is not a number"))
                 })?;
-                if millis == 0 || millis > limit {
-                    return Err(Error::config(
-                        format!("kafka.producer.{key}"),
-                        format!(
-                            "{millis} must be between 1 and the emergency timeout ({limit} ms), or a \
-                             record could be delivered after its batch was settled as failed"
-                        ),
-                    ));
+                if millis == 0 {
+                    return Err(Error::config(format!("kafka.producer.{key}"), "must be at least 1 ms"));
                 }
+                found.push((key, millis));
             }
         }
-        Ok(())
+        Ok(found)
+    }
+
+    /// Checks the engine's emergency timeout against librdkafka's range and the user's own
+    /// delivery timeouts: a record librdkafka still retries after its batch's deadline could be
+    /// delivered after the batch was settled for a retry or as failed.
+    pub(crate) fn check_emergency_timeout(&self, timeout: Duration) -> Result<()> {
+        const KEY: &str = "oncebox.outbox.sender.emergency-timeout";
+        if timeout < Duration::from_millis(1) {
+            return Err(Error::config(KEY, "must be at least 1ms for the Kafka sender"));
+        }
+        if timeout > MAX_EMERGENCY_TIMEOUT {
+            return Err(Error::config(
+                KEY,
+                format!(
+                    "{timeout:?} is above {MAX_EMERGENCY_TIMEOUT:?}, the longest librdkafka accepts as \
+                     message.timeout.ms"
+                ),
+            ));
+        }
+        let limit = timeout.as_millis();
+        match self.delivery_timeouts()?.into_iter().find(|(_, millis)| *millis > limit) {
+            Some((key, millis)) => Err(Error::config(
+                format!("kafka.producer.{key}"),
+                format!(
+                    "{millis} ms is longer than {KEY} ({limit} ms): a record could be delivered after its \
+                     batch was settled; leave it out to follow the emergency timeout"
+                ),
+            )),
+            None => Ok(()),
+        }
     }
 
     /// Overrides that weaken delivery, for the warning at start.
@@ -316,14 +314,15 @@ impl KafkaSenderConfig {
         weakened
     }
 
-    /// The librdkafka configuration: our defaults, then the pass-through properties.
-    pub(crate) fn client_config(&self) -> ClientConfig {
+    /// The librdkafka configuration for sends bounded by `emergency_timeout`: our defaults, then
+    /// the pass-through properties.
+    pub(crate) fn client_config(&self, emergency_timeout: Duration) -> ClientConfig {
         let mut config = ClientConfig::new();
         config
             .set("bootstrap.servers", &self.bootstrap_servers)
             .set("acks", "all")
             .set("enable.idempotence", "true")
-            .set("message.timeout.ms", self.emergency_timeout.as_millis().to_string())
+            .set("message.timeout.ms", emergency_timeout.as_millis().to_string())
             .set("client.id", "oncebox-kafka-sender");
         for (key, value) in &self.properties {
             config.set(key, value);
@@ -541,7 +540,8 @@ fn strip_scheme(servers: String) -> String {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct KafkaSection {
     bootstrap_servers: Option<String>,
-    emergency_timeout: Option<HumanDuration>,
+    /// Moved to `oncebox.outbox.sender.emergency-timeout`; read only to refuse it clearly.
+    emergency_timeout: Option<serde::de::IgnoredAny>,
     #[serde(default, deserialize_with = "properties")]
     producer: BTreeMap<String, String>,
     #[serde(default, deserialize_with = "properties")]
@@ -595,8 +595,16 @@ impl KafkaSection {
             .ok_or_else(|| Error::config("oncebox.kafka.bootstrap-servers", "is required"))
     }
 
-    fn emergency_timeout(&self) -> Option<Duration> {
-        self.emergency_timeout.map(|HumanDuration(timeout)| timeout)
+    /// Keys that moved to the core's section, refused with the key that replaced them.
+    fn refuse_moved_keys(&self) -> Result<()> {
+        match self.emergency_timeout {
+            Some(_) => Err(Error::config(
+                "oncebox.kafka.emergency-timeout",
+                "is not read: set oncebox.outbox.sender.emergency-timeout, which the engine hands to \
+                 the sender as the deadline of every send and as the producer's message.timeout.ms",
+            )),
+            None => Ok(()),
+        }
     }
 }
 
@@ -619,7 +627,6 @@ mod tests {
         topic: orders
   kafka:
     bootstrap-servers: 127.0.0.1:9092
-    emergency-timeout: 12s
     producer:
       linger.ms: 5
     consumer:
@@ -629,15 +636,15 @@ mod tests {
         assert_eq!(core.event("order-created")?.topic, "orders");
         let sender = KafkaSenderConfig::from_yaml_str(text)?;
         assert_eq!(sender.bootstrap_servers(), "127.0.0.1:9092");
-        assert_eq!(sender.emergency_timeout(), Duration::from_secs(12));
+        let timeout = core.outbox.as_ref().map(|outbox| outbox.emergency_timeout);
+        let client = sender.client_config(timeout.unwrap_or_default());
+        assert_eq!(client.get("message.timeout.ms"), Some("12000"));
         Ok(())
     }
 
     #[test]
     fn defaults_are_acknowledged_and_idempotent() {
-        let config = KafkaSenderConfig::new("kafka://127.0.0.1:9092")
-            .with_emergency_timeout(Duration::from_secs(7))
-            .client_config();
+        let config = KafkaSenderConfig::new("kafka://127.0.0.1:9092").client_config(Duration::from_secs(7));
         assert_eq!(config.get("bootstrap.servers"), Some("127.0.0.1:9092"));
         assert_eq!(config.get("acks"), Some("all"));
         assert_eq!(config.get("enable.idempotence"), Some("true"));
@@ -654,15 +661,22 @@ mod tests {
         assert!(reported[0].starts_with("acks=1"));
         let strong = KafkaSenderConfig::new("h:1").with_producer_property("acks", "-1");
         assert!(strong.weakened_settings().is_empty());
-        assert_eq!(strong.client_config().get("acks"), Some("-1"));
+        assert_eq!(strong.client_config(DEFAULT_EMERGENCY_TIMEOUT).get("acks"), Some("-1"));
     }
 
     #[test]
     fn a_message_timeout_beyond_the_emergency_timeout_is_refused() {
-        let config = KafkaSenderConfig::new("h:1")
-            .with_emergency_timeout(Duration::from_secs(10))
-            .with_producer_property("message.timeout.ms", "60000");
-        assert!(problem(config.validate().map(|_| ())).contains("kafka.producer.message.timeout.ms"));
+        let config = KafkaSenderConfig::new("h:1").with_producer_property("message.timeout.ms", "60000");
+        assert!(config.validate().is_ok(), "only the engine's emergency timeout can say it is too long");
+        let text = problem(config.check_emergency_timeout(Duration::from_secs(10)));
+        assert!(
+            text.contains("kafka.producer.message.timeout.ms")
+                && text.contains("oncebox.outbox.sender.emergency-timeout"),
+            "{text}"
+        );
+        assert!(config.check_emergency_timeout(Duration::from_secs(60)).is_ok());
+        let zero = KafkaSenderConfig::new("h:1").with_producer_property("delivery.timeout.ms", "0");
+        assert!(problem(zero.validate()).contains("kafka.producer.delivery.timeout.ms"));
         let config = KafkaSenderConfig::new("h:1").with_producer_property("bootstrap.servers", "x:1");
         assert!(problem(config.validate().map(|_| ())).contains("kafka.producer.bootstrap.servers"));
     }
@@ -731,15 +745,26 @@ mod tests {
 
     #[test]
     fn an_emergency_timeout_beyond_librdkafkas_range_is_refused_naming_the_key() {
-        for timeout in [Duration::MAX, Duration::from_millis(i32::MAX as u64 + 1)] {
-            let config = KafkaSenderConfig::new("h:1").with_emergency_timeout(timeout);
-            let text = problem(config.validate());
-            assert!(text.contains("kafka.emergency-timeout"), "{timeout:?}: {text}");
+        let config = KafkaSenderConfig::new("h:1");
+        for timeout in [Duration::MAX, Duration::from_millis(i32::MAX as u64 + 1), Duration::ZERO] {
+            let text = problem(config.check_emergency_timeout(timeout));
+            assert!(text.contains("oncebox.outbox.sender.emergency-timeout"), "{timeout:?}: {text}");
         }
-        let longest = KafkaSenderConfig::new("h:1").with_emergency_timeout(MAX_EMERGENCY_TIMEOUT);
-        assert!(longest.validate().is_ok());
-        let yaml = "oncebox:\n  kafka:\n    bootstrap-servers: b:1\n    emergency-timeout: 100years\n";
-        assert!(problem(KafkaSenderConfig::from_yaml_str(yaml)).contains("kafka.emergency-timeout"));
+        assert!(config.check_emergency_timeout(MAX_EMERGENCY_TIMEOUT).is_ok());
+    }
+
+    #[test]
+    fn an_emergency_timeout_in_the_kafka_section_is_refused_naming_the_engines_key() {
+        for value in ["30s", "100years", "soon"] {
+            let yaml =
+                format!("oncebox:\n  kafka:\n    bootstrap-servers: b:1\n    emergency-timeout: {value}\n");
+            let text = problem(KafkaSenderConfig::from_yaml_str(&yaml));
+            assert!(
+                text.contains("oncebox.kafka.emergency-timeout")
+                    && text.contains("oncebox.outbox.sender.emergency-timeout"),
+                "{value}: {text}"
+            );
+        }
     }
 
     #[test]
@@ -797,9 +822,11 @@ mod tests {
         let sender = KafkaSenderConfig::from_yaml_str(yaml)?;
         let listener = KafkaListenerConfig::from_yaml_str(yaml, "billing", ["orders"])?
             .with_dead_letter_topic("orders.dlt");
-        for client in
-            [sender.client_config(), listener.client_config(), listener.dead_letter_producer_config()]
-        {
+        for client in [
+            sender.client_config(DEFAULT_EMERGENCY_TIMEOUT),
+            listener.client_config(),
+            listener.dead_letter_producer_config(),
+        ] {
             assert_eq!(client.get("security.protocol"), Some("SASL_SSL"));
             assert_eq!(client.get("sasl.mechanisms"), Some("PLAIN"));
             assert_eq!(client.get("sasl.password"), Some("api-secret-4711"));
@@ -849,11 +876,10 @@ mod tests {
 
     #[test]
     fn the_file_section_passes_properties_through() -> Result<()> {
-        let yaml = "oncebox:\n  outbox:\n    events: {}\n  kafka:\n    bootstrap-servers: kafka://b:9092\n    emergency-timeout: 30s\n    producer:\n      linger.ms: 20\n      compression.type: lz4\n      sasl.password: hunter2\n    consumer:\n      session.timeout.ms: 10000\n";
+        let yaml = "oncebox:\n  outbox:\n    events: {}\n  kafka:\n    bootstrap-servers: kafka://b:9092\n    producer:\n      linger.ms: 20\n      compression.type: lz4\n      sasl.password: hunter2\n    consumer:\n      session.timeout.ms: 10000\n";
         let sender = KafkaSenderConfig::from_yaml_str(yaml)?;
         assert_eq!(sender.bootstrap_servers(), "b:9092");
-        assert_eq!(sender.emergency_timeout(), Duration::from_secs(30));
-        let client = sender.client_config();
+        let client = sender.client_config(DEFAULT_EMERGENCY_TIMEOUT);
         assert_eq!(client.get("linger.ms"), Some("20"));
         assert_eq!(client.get("compression.type"), Some("lz4"));
         assert!(!format!("{sender:?}").contains("hunter2"));
@@ -862,7 +888,8 @@ mod tests {
         assert_eq!(listener.client_config().get("enable.auto.commit"), Some("false"));
         let toml =
             "[oncebox.kafka]\nbootstrap-servers = \"b:9092\"\n[oncebox.kafka.producer]\n\"linger.ms\" = 5\n";
-        assert_eq!(KafkaSenderConfig::from_toml_str(toml)?.client_config().get("linger.ms"), Some("5"));
+        let from_toml = KafkaSenderConfig::from_toml_str(toml)?;
+        assert_eq!(from_toml.client_config(DEFAULT_EMERGENCY_TIMEOUT).get("linger.ms"), Some("5"));
         let typo = "oncebox:\n  kafka:\n    bootstrap-server: b:1\n";
         assert!(problem(KafkaSenderConfig::from_yaml_str(typo)).contains("bootstrap-server"));
         let bad = "oncebox:\n  kafka:\n    bootstrap-servers: b:1\n    emergency-timeout: soon\n";

@@ -10,16 +10,15 @@
 //!   their partition.
 //!
 //! ```no_run
-//! use oncebox_core::Sender;
+//! use oncebox_core::{Deadline, Sender};
 //! use oncebox_kafka::{KafkaSender, KafkaSenderConfig};
 //! use std::time::Duration;
 //!
 //! # async fn run(batch: Vec<oncebox_core::OutboundMessage>) -> oncebox_core::Result<()> {
-//! let config = KafkaSenderConfig::new("127.0.0.1:9092")
-//!     .with_emergency_timeout(Duration::from_secs(30))
-//!     .with_producer_property("linger.ms", "5");
+//! let config = KafkaSenderConfig::new("127.0.0.1:9092").with_producer_property("linger.ms", "5");
 //! let sender = KafkaSender::new(config)?;
-//! for result in sender.send(&batch).await {
+//! // The engine passes `oncebox.outbox.sender.emergency-timeout` as each send's deadline.
+//! for result in sender.send(&batch, Deadline::after(Duration::from_secs(30))).await {
 //!     result?; // Ok only after the delivery report (acks=all)
 //! }
 //! sender.flush(Duration::from_secs(10)).await?;

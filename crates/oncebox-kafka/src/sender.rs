@@ -7,14 +7,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use oncebox_core::sender::unanswered_as_timeouts;
-use oncebox_core::{Error, ErrorKind, OutboundMessage, Result, SendError, Sender};
+use oncebox_core::{Deadline, Error, ErrorKind, OutboundMessage, Result, SendError, Sender};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::future_producer::OwnedDeliveryResult;
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
-use tokio::time::Instant;
 
-use crate::config::{KafkaSenderConfig, MAX_EMERGENCY_TIMEOUT};
+use crate::config::{DEFAULT_EMERGENCY_TIMEOUT, KafkaSenderConfig, MAX_EMERGENCY_TIMEOUT};
 use crate::error::{creation_error, needs_new_producer, produce_error};
 
 /// How long to wait for room in librdkafka's queue when the queue is full of other batches'
@@ -29,6 +28,10 @@ const QUEUE_FULL_PAUSE: Duration = Duration::from_millis(5);
 /// id), headers = `oncebox_event_id`, `oncebox_event_type`, `oncebox_payload_type` and the
 /// event's stored headers, as raw UTF-8.
 ///
+/// Each send stops at the deadline the engine hands it, and the producer's `message.timeout.ms`
+/// is the engine's emergency timeout (adopted at start; [`DEFAULT_EMERGENCY_TIMEOUT`] before), so
+/// librdkafka gives a record up no later than its batch is settled.
+///
 /// The sender holds one producer, shared by every poller. After librdkafka reports a fatal error
 /// (the idempotent producer can reach one) the producer is replaced by a new one for the next
 /// batch. [`Sender::flush`] waits for buffered records at shutdown.
@@ -37,10 +40,12 @@ pub struct KafkaSender {
     current: Mutex<Current>,
 }
 
-/// The producer in use and how many producers came before it.
+/// The producer in use, how many producers came before it, and the emergency timeout it was
+/// created with.
 struct Current {
     producer: Arc<FutureProducer>,
     generation: u64,
+    emergency_timeout: Duration,
 }
 
 impl fmt::Debug for KafkaSender {
@@ -58,8 +63,9 @@ impl KafkaSender {
         for weakened in config.weakened_settings() {
             tracing::warn!(setting = %weakened, "Kafka producer setting weaker than oncebox's default");
         }
-        let producer = create_producer(&config)?;
-        Ok(Self { config, current: Mutex::new(Current { producer, generation: 0 }) })
+        let emergency_timeout = DEFAULT_EMERGENCY_TIMEOUT;
+        let producer = create_producer(&config, emergency_timeout)?;
+        Ok(Self { config, current: Mutex::new(Current { producer, generation: 0, emergency_timeout }) })
     }
 
     /// The settings.
@@ -72,14 +78,24 @@ impl KafkaSender {
         self.current.lock().unwrap_or_else(PoisonError::into_inner).generation
     }
 
+    fn current(&self) -> std::sync::MutexGuard<'_, Current> {
+        self.current.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn producer(&self) -> (Arc<FutureProducer>, u64) {
-        let current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        let current = self.current();
         (current.producer.clone(), current.generation)
+    }
+
+    /// The emergency timeout the producer was created with (`message.timeout.ms`).
+    pub fn emergency_timeout(&self) -> Duration {
+        self.current().emergency_timeout
     }
 
     /// Replaces the producer of `generation` (unless another batch already did).
     fn rebuild(&self, generation: u64, reason: &str) {
-        let fresh = match create_producer(&self.config) {
+        let emergency_timeout = self.emergency_timeout();
+        let fresh = match create_producer(&self.config, emergency_timeout) {
             Ok(fresh) => fresh,
             Err(error) => {
                 tracing::error!(%error, "could not create a new Kafka producer; keeping the failed one");
@@ -87,7 +103,7 @@ impl KafkaSender {
             }
         };
         let old = {
-            let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut current = self.current();
             if current.generation != generation {
                 return;
             }
@@ -95,13 +111,21 @@ impl KafkaSender {
             std::mem::replace(&mut current.producer, fresh)
         };
         tracing::warn!(%reason, "the Kafka producer hit a fatal error; replaced it with a new one");
-        // Dropping a producer purges and flushes it, which blocks for up to half a second.
-        drop(tokio::task::spawn_blocking(move || drop(old)));
+        retire(old);
     }
 }
 
-fn create_producer(config: &KafkaSenderConfig) -> Result<Arc<FutureProducer>> {
-    let client = config.client_config();
+/// Drops a replaced producer off the async threads: dropping purges and flushes it, which blocks
+/// for up to half a second.
+fn retire(producer: Arc<FutureProducer>) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => drop(runtime.spawn_blocking(move || drop(producer))),
+        Err(_) => drop(producer),
+    }
+}
+
+fn create_producer(config: &KafkaSenderConfig, emergency_timeout: Duration) -> Result<Arc<FutureProducer>> {
+    let client = config.client_config(emergency_timeout);
     client
         .create::<FutureProducer>()
         .map(Arc::new)
@@ -139,20 +163,18 @@ fn delivery_result(
 
 #[async_trait]
 impl Sender for KafkaSender {
-    async fn send(&self, batch: &[OutboundMessage]) -> Vec<Result<(), SendError>> {
+    async fn send(&self, batch: &[OutboundMessage], deadline: Deadline) -> Vec<Result<(), SendError>> {
         if batch.is_empty() {
             return Vec::new();
         }
-        // Cannot overflow: `validate` bounds the timeout by MAX_EMERGENCY_TIMEOUT.
-        let deadline = Instant::now() + self.config.emergency_timeout;
         let (producer, generation) = self.producer();
         let mut results: Vec<Option<Result<(), SendError>>> = (0..batch.len()).map(|_| None).collect();
         let mut fatal = false;
         let delivering = deliver(&producer, batch, &mut results, &mut fatal);
-        if tokio::time::timeout_at(deadline, delivering).await.is_err() {
+        if deadline.bound(delivering).await.is_none() {
             tracing::warn!(
                 messages = batch.len(),
-                timeout = ?self.config.emergency_timeout,
+                timeout = ?deadline.timeout(),
                 "Kafka batch hit the emergency timeout"
             );
         }
@@ -164,7 +186,24 @@ impl Sender for KafkaSender {
             );
             self.rebuild(generation, &reason);
         }
-        unanswered_as_timeouts(results, batch, self.config.emergency_timeout, "acknowledged")
+        unanswered_as_timeouts(results, batch, &deadline, "acknowledged")
+    }
+
+    /// Checks `timeout` against librdkafka's range and the user's own delivery timeouts, and
+    /// re-creates the producer with it as `message.timeout.ms` when it differs.
+    fn adopt_emergency_timeout(&self, timeout: Duration) -> Result<()> {
+        self.config.check_emergency_timeout(timeout)?;
+        if self.emergency_timeout() == timeout {
+            return Ok(());
+        }
+        let fresh = create_producer(&self.config, timeout)?;
+        let old = {
+            let mut current = self.current();
+            current.emergency_timeout = timeout;
+            std::mem::replace(&mut current.producer, fresh)
+        };
+        retire(old);
+        Ok(())
     }
 
     async fn flush(&self, timeout: Duration) -> Result<()> {
@@ -304,6 +343,25 @@ mod tests {
             let text = created.err().map(|error| error.to_string()).unwrap_or_default();
             assert!(text.contains("kafka.producer") && !text.contains("4711"), "{text}");
         }
+    }
+
+    #[test]
+    fn the_engines_emergency_timeout_becomes_the_producers_message_timeout() -> Result<()> {
+        let sender = KafkaSender::new(KafkaSenderConfig::new("127.0.0.1:1"))?;
+        assert_eq!(sender.emergency_timeout(), DEFAULT_EMERGENCY_TIMEOUT);
+        sender.adopt_emergency_timeout(Duration::from_secs(7))?;
+        assert_eq!(sender.emergency_timeout(), Duration::from_secs(7));
+        let strict = KafkaSender::new(
+            KafkaSenderConfig::new("127.0.0.1:1").with_producer_property("message.timeout.ms", "60000"),
+        )?;
+        let text = strict.adopt_emergency_timeout(Duration::from_secs(10)).err().map(|e| e.to_string());
+        assert!(text.is_some_and(|text| text.contains("kafka.producer.message.timeout.ms")));
+        assert_eq!(
+            strict.emergency_timeout(),
+            DEFAULT_EMERGENCY_TIMEOUT,
+            "a refused timeout changes nothing"
+        );
+        Ok(())
     }
 
     #[test]

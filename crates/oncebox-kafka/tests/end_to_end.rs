@@ -242,9 +242,7 @@ fn start_engine(
 "
     ))
     .map_err(fail)?;
-    let sender =
-        KafkaSender::new(KafkaSenderConfig::new(bootstrap).with_emergency_timeout(Duration::from_secs(3)))
-            .map_err(fail)?;
+    let sender = KafkaSender::new(KafkaSenderConfig::new(bootstrap)).map_err(fail)?;
     let mut parts = EngineParts::new(config);
     parts.outbox = Some(database.dialect.outbox_dao());
     parts.inbox = Some(database.dialect.inbox_dao());

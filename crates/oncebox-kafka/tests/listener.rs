@@ -12,7 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use oncebox_core::event::{HEADER_EVENT_ID, HEADER_EVENT_TYPE, HEADER_PAYLOAD_TYPE};
-use oncebox_core::{Dialect, Error, ErrorKind, Headers, Inbox, OutboundMessage, SchemaPlan, Sender};
+use oncebox_core::{
+    Deadline, Dialect, Error, ErrorKind, Headers, Inbox, OutboundMessage, SchemaPlan, Sender,
+};
 use oncebox_kafka::{
     HEADER_DEAD_LETTER_REASON, HEADER_DEAD_LETTER_SOURCE, KafkaEvent, KafkaListener, KafkaListenerConfig,
     KafkaOutcome, KafkaSender, KafkaSenderConfig,
@@ -178,12 +180,11 @@ impl Fixture {
     }
 
     fn sender(&self) -> Result<KafkaSender, Failed> {
-        KafkaSender::new(KafkaSenderConfig::new(self.bootstrap.clone()).with_emergency_timeout(WAIT))
-            .map_err(fail)
+        KafkaSender::new(KafkaSenderConfig::new(self.bootstrap.clone())).map_err(fail)
     }
 
     async fn send(&self, sender: &KafkaSender, message: &OutboundMessage) -> TestResult {
-        match sender.send(std::slice::from_ref(message)).await.pop() {
+        match sender.send(std::slice::from_ref(message), Deadline::after(WAIT)).await.pop() {
             Some(Ok(())) => Ok(()),
             Some(Err(error)) => Err(fail(format!("could not send {}: {error}", message.id))),
             None => Err(fail("no result for a one-message batch")),
@@ -296,7 +297,7 @@ async fn a_failing_handler_is_retried_in_order_and_committed_after_success(
     let batch = [fixture.message(1), fixture.message(2), fixture.message(3)];
     // One pipelined batch, so the records share a record batch on the broker: the retry must not
     // depend on fetching from the middle of one again.
-    let results = sender.send(&batch).await;
+    let results = sender.send(&batch, Deadline::after(WAIT)).await;
     if let Some(error) = results.iter().find_map(|result| result.as_ref().err()) {
         return Err(fail(format!("could not send the batch: {error}")));
     }
@@ -328,7 +329,7 @@ async fn a_record_whose_handler_keeps_failing_is_not_committed_and_comes_again(
     let sender = fixture.sender()?;
     let message = fixture.message(3);
     let behind = fixture.message(4);
-    let results = sender.send(&[message.clone(), behind.clone()]).await;
+    let results = sender.send(&[message.clone(), behind.clone()], Deadline::after(WAIT)).await;
     if let Some(error) = results.iter().find_map(|result| result.as_ref().err()) {
         return Err(fail(format!("could not send the batch: {error}")));
     }

@@ -20,7 +20,6 @@ use rdkafka::message::{Headers, Message};
 
 /// The sender's local record size limit in these tests (librdkafka's `message.max.bytes`).
 const MAX_RECORD_BYTES: usize = 256 * 1024;
-const EMERGENCY_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn plumbing(context: &str, error: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::Other, format!("{context}: {error}"))
@@ -86,13 +85,12 @@ impl SenderHarness for KafkaHarness {
     async fn sender(&self, _topic: &str) -> Result<KafkaSender> {
         KafkaSender::new(
             KafkaSenderConfig::new(self.bootstrap.clone())
-                .with_emergency_timeout(EMERGENCY_TIMEOUT)
                 .with_producer_property("message.max.bytes", MAX_RECORD_BYTES.to_string()),
         )
     }
 
     async fn unreachable_sender(&self) -> Result<KafkaSender> {
-        KafkaSender::new(KafkaSenderConfig::new("127.0.0.1:1").with_emergency_timeout(Duration::from_secs(3)))
+        KafkaSender::new(KafkaSenderConfig::new("127.0.0.1:1"))
     }
 
     async fn consumer(&self, topic: &str) -> Result<Box<dyn TestConsumer>> {

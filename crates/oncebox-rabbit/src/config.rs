@@ -9,52 +9,58 @@ use oncebox_core::retry::Doubling;
 use oncebox_core::{Error, Result};
 use serde::Deserialize;
 
-/// Default bound on one batch: connecting, publishing and waiting for every confirm. The same as the
-/// default of `oncebox.outbox.sender.emergency-timeout`, which the stuck recovery is checked against.
-pub const DEFAULT_EMERGENCY_TIMEOUT: Duration = Duration::from_secs(120);
+/// Default bound on opening or closing a connection outside a send ([`RabbitSender::connect`],
+/// [`RabbitSender::close`]); inside a send, the engine's deadline bounds connecting too.
+///
+/// [`RabbitSender::connect`]: crate::RabbitSender::connect
+/// [`RabbitSender::close`]: crate::RabbitSender::close
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default first wait before reconnecting after a failed connection attempt.
 pub const DEFAULT_RECONNECT_MIN: Duration = Duration::from_millis(100);
 /// Default longest wait between reconnection attempts.
 pub const DEFAULT_RECONNECT_MAX: Duration = Duration::from_secs(10);
-/// Longest emergency timeout accepted: the engine's own limit on any duration setting
+/// Longest connect timeout accepted: the engine's own limit on any duration setting
 /// ([`MAX_SETTING_DURATION`](oncebox_core::config::MAX_SETTING_DURATION), 100 years). Longer values
 /// are typos, and a deadline computed from one would overflow the clock.
-pub const MAX_EMERGENCY_TIMEOUT: Duration = oncebox_core::config::MAX_SETTING_DURATION;
+pub const MAX_CONNECT_TIMEOUT: Duration = oncebox_core::config::MAX_SETTING_DURATION;
 /// Longest reconnection backoff accepted (one hour), for the sender and the listener: waiting longer
 /// after a broker comes back only prolongs an outage, and a far deadline could overflow the clock.
 pub const MAX_RECONNECT_BACKOFF: Duration = Duration::from_secs(60 * 60);
 
-/// How a [`RabbitSender`](crate::RabbitSender) reaches the broker and how long it may take.
+/// How a [`RabbitSender`](crate::RabbitSender) reaches the broker.
 ///
-/// `Debug` hides the password of the URL.
+/// How long a send may take is not set here: the engine hands every send the deadline of its
+/// `oncebox.outbox.sender.emergency-timeout`. `Debug` hides the password of the URL.
 #[derive(Clone, PartialEq, Eq)]
 pub struct RabbitSenderConfig {
     pub(crate) url: String,
-    pub(crate) emergency_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
     pub(crate) reconnect: Doubling,
     pub(crate) connection_name: String,
 }
 
 impl RabbitSenderConfig {
     /// Settings for the broker at `url` (`amqp://user:password@host:5672/%2f`) with the defaults:
-    /// a 120 s emergency timeout and reconnection backoff from 100 ms doubling up to 10 s.
+    /// a 30 s connect timeout and reconnection backoff from 100 ms doubling up to 10 s.
     pub fn new(url: impl Into<String>) -> Self {
         Self {
             url: url.into(),
-            emergency_timeout: DEFAULT_EMERGENCY_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             reconnect: Doubling::new(DEFAULT_RECONNECT_MIN, DEFAULT_RECONNECT_MAX),
             connection_name: "oncebox-rabbit sender".to_owned(),
         }
     }
 
     /// Reads `oncebox.rabbitmq` from a YAML document (the file the core reads; its other keys are
-    /// ignored): `url`, optional `emergency-timeout` and `connection-name`.
+    /// ignored): `url`, optional `connect-timeout` and `connection-name`. An `emergency-timeout`
+    /// here is refused with a pointer to `oncebox.outbox.sender.emergency-timeout`, which bounds
+    /// every send.
     ///
     /// ```
     /// use oncebox_rabbit::RabbitSenderConfig;
-    /// let text = "oncebox:\n  rabbitmq:\n    url: amqp://guest:guest@127.0.0.1:5672/%2f\n    emergency-timeout: 30s\n";
+    /// let text = "oncebox:\n  rabbitmq:\n    url: amqp://guest:guest@127.0.0.1:5672/%2f\n    connect-timeout: 5s\n";
     /// let config = RabbitSenderConfig::from_yaml_str(text)?;
-    /// assert_eq!(config.emergency_timeout(), std::time::Duration::from_secs(30));
+    /// assert_eq!(config.connect_timeout(), std::time::Duration::from_secs(5));
     /// # Ok::<(), oncebox_core::Error>(())
     /// ```
     pub fn from_yaml_str(text: &str) -> Result<Self> {
@@ -67,13 +73,14 @@ impl RabbitSenderConfig {
         RabbitSection::read(text, Format::Toml)?.sender()
     }
 
-    /// Bounds one `send` call: connecting, publishing and awaiting every confirm. Messages not
-    /// confirmed by then fail with a temporary [`ErrorKind::Timeout`](oncebox_core::ErrorKind::Timeout).
-    /// Pass the configured `oncebox.outbox.sender.emergency-timeout` (`OutboxConfig::emergency_timeout`)
-    /// so the stuck recovery, which must outlast it, stays consistent.
+    /// Bounds opening and closing a connection outside a send ([`RabbitSender::connect`] at
+    /// start-up, [`RabbitSender::close`]). At most [`MAX_CONNECT_TIMEOUT`].
+    ///
+    /// [`RabbitSender::connect`]: crate::RabbitSender::connect
+    /// [`RabbitSender::close`]: crate::RabbitSender::close
     #[must_use]
-    pub fn with_emergency_timeout(mut self, timeout: Duration) -> Self {
-        self.emergency_timeout = timeout;
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
         self
     }
 
@@ -98,13 +105,13 @@ impl RabbitSenderConfig {
             return Err(Error::config("rabbit.url", "must start with amqp:// or amqps://"));
         }
         check_url("rabbit.url", &self.url)?;
-        if self.emergency_timeout.is_zero() {
-            return Err(Error::config("rabbit.emergency-timeout", "must be greater than zero"));
+        if self.connect_timeout.is_zero() {
+            return Err(Error::config("rabbit.connect-timeout", "must be greater than zero"));
         }
-        if self.emergency_timeout > MAX_EMERGENCY_TIMEOUT {
+        if self.connect_timeout > MAX_CONNECT_TIMEOUT {
             return Err(Error::config(
-                "rabbit.emergency-timeout",
-                format!("{:?} is longer than the limit {MAX_EMERGENCY_TIMEOUT:?}", self.emergency_timeout),
+                "rabbit.connect-timeout",
+                format!("{:?} is longer than the limit {MAX_CONNECT_TIMEOUT:?}", self.connect_timeout),
             ));
         }
         self.reconnect.check("rabbit.reconnect-backoff", MAX_RECONNECT_BACKOFF)
@@ -115,9 +122,9 @@ impl RabbitSenderConfig {
         &self.url
     }
 
-    /// The bound on one batch.
-    pub fn emergency_timeout(&self) -> Duration {
-        self.emergency_timeout
+    /// The bound on opening or closing a connection outside a send.
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
     }
 
     /// The delay before reconnection attempt `failures + 1` after `failures` failed attempts.
@@ -133,7 +140,7 @@ impl fmt::Debug for RabbitSenderConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RabbitSenderConfig")
             .field("url", &redact_url(&self.url))
-            .field("emergency_timeout", &self.emergency_timeout)
+            .field("connect_timeout", &self.connect_timeout)
             .field("reconnect", &self.reconnect)
             .field("connection_name", &self.connection_name)
             .finish()
@@ -145,20 +152,30 @@ impl fmt::Debug for RabbitSenderConfig {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct RabbitSection {
     url: String,
-    emergency_timeout: Option<HumanDuration>,
+    connect_timeout: Option<HumanDuration>,
+    /// Moved to `oncebox.outbox.sender.emergency-timeout`; read only to refuse it clearly.
+    emergency_timeout: Option<serde::de::IgnoredAny>,
     connection_name: Option<String>,
 }
 
 impl RabbitSection {
     fn read(text: &str, format: Format) -> Result<Self> {
-        section(text, format, "rabbitmq")?
-            .ok_or_else(|| Error::config("oncebox.rabbitmq", "the section is missing"))
+        let block: Self = section(text, format, "rabbitmq")?
+            .ok_or_else(|| Error::config("oncebox.rabbitmq", "the section is missing"))?;
+        if block.emergency_timeout.is_some() {
+            return Err(Error::config(
+                "oncebox.rabbitmq.emergency-timeout",
+                "is not read: set oncebox.outbox.sender.emergency-timeout, which the engine hands to \
+                 the sender as the deadline of every send (connect-timeout bounds connecting outside a send)",
+            ));
+        }
+        Ok(block)
     }
 
     fn sender(self) -> Result<RabbitSenderConfig> {
         let mut config = RabbitSenderConfig::new(self.url);
-        if let Some(HumanDuration(timeout)) = self.emergency_timeout {
-            config = config.with_emergency_timeout(timeout);
+        if let Some(HumanDuration(timeout)) = self.connect_timeout {
+            config = config.with_connect_timeout(timeout);
         }
         if let Some(name) = self.connection_name {
             config = config.with_connection_name(name);
@@ -537,7 +554,7 @@ mod tests {
     async fn connection_errors_show_the_url_without_its_password() {
         let sender = RabbitSender::new(
             RabbitSenderConfig::new("amqp://user:s3cret@127.0.0.1:1/%2f")
-                .with_emergency_timeout(Duration::from_secs(5)),
+                .with_connect_timeout(Duration::from_secs(5)),
         );
         let sender = match sender {
             Ok(sender) => sender,
@@ -557,10 +574,10 @@ mod tests {
     #[test]
     fn durations_beyond_their_bound_are_refused_naming_the_key() {
         let base = || RabbitSenderConfig::new("amqp://guest:guest@127.0.0.1:5672/%2f");
-        let text = problem(base().with_emergency_timeout(Duration::MAX).validate());
-        assert!(text.contains("rabbit.emergency-timeout"), "{text}");
-        let text = problem(RabbitSender::new(base().with_emergency_timeout(Duration::MAX)));
-        assert!(text.contains("rabbit.emergency-timeout"), "{text}");
+        let text = problem(base().with_connect_timeout(Duration::MAX).validate());
+        assert!(text.contains("rabbit.connect-timeout"), "{text}");
+        let text = problem(RabbitSender::new(base().with_connect_timeout(Duration::MAX)));
+        assert!(text.contains("rabbit.connect-timeout"), "{text}");
         let text = problem(base().with_reconnect_backoff(Duration::from_secs(1), Duration::MAX).validate());
         assert!(text.contains("rabbit.reconnect-backoff"), "{text}");
         let text = problem(base().with_reconnect_backoff(Duration::MAX, Duration::MAX).validate());
@@ -569,7 +586,7 @@ mod tests {
 
     /// Whatever a builder was given, a send returns results instead of panicking on clock arithmetic.
     #[tokio::test]
-    async fn a_send_never_panics_on_a_long_emergency_timeout_or_reconnect_backoff() {
+    async fn a_send_never_panics_on_an_endless_deadline_or_reconnect_backoff() {
         let message = oncebox_core::OutboundMessage {
             id: uuid::Uuid::nil(),
             event_type: "order-created".into(),
@@ -581,17 +598,19 @@ mod tests {
             created_at: chrono::Utc::now(),
         };
         let configs = [
-            RabbitSenderConfig::new("amqp://guest:guest@127.0.0.1:1/%2f")
-                .with_emergency_timeout(Duration::MAX),
-            RabbitSenderConfig::new("amqp://guest:guest@127.0.0.1:1/%2f")
-                .with_emergency_timeout(Duration::from_secs(5))
-                .with_reconnect_backoff(Duration::MAX, Duration::MAX),
+            (RabbitSenderConfig::new("amqp://guest:guest@127.0.0.1:1/%2f"), Duration::MAX),
+            (
+                RabbitSenderConfig::new("amqp://guest:guest@127.0.0.1:1/%2f")
+                    .with_reconnect_backoff(Duration::MAX, Duration::MAX),
+                Duration::from_secs(5),
+            ),
         ];
-        for config in configs {
+        for (config, timeout) in configs {
             // Refused at construction, or it sends (and fails: nothing listens on port 1).
             if let Ok(sender) = RabbitSender::new(config) {
                 for _ in 0..2 {
-                    let results = sender.send(std::slice::from_ref(&message)).await;
+                    let deadline = oncebox_core::Deadline::after(timeout);
+                    let results = sender.send(std::slice::from_ref(&message), deadline).await;
                     assert!(results.iter().all(Result::is_err), "{results:?}");
                 }
             }
@@ -619,14 +638,14 @@ mod tests {
 
     #[test]
     fn the_rabbitmq_block_of_the_shared_file_configures_sender_and_listener() -> Result<()> {
-        let yaml = "oncebox:\n  outbox:\n    events: {}\n  rabbitmq:\n    url: amqp://guest:s3cret@host:5672/%2f\n    emergency-timeout: 45s\n    connection-name: billing\n";
+        let yaml = "oncebox:\n  outbox:\n    events: {}\n  rabbitmq:\n    url: amqp://guest:s3cret@host:5672/%2f\n    connect-timeout: 45s\n    connection-name: billing\n";
         let sender = RabbitSenderConfig::from_yaml_str(yaml)?;
-        assert_eq!(sender.emergency_timeout(), Duration::from_secs(45));
+        assert_eq!(sender.connect_timeout(), Duration::from_secs(45));
         assert_eq!(sender.connection_name, "billing");
         let listener = RabbitListenerConfig::from_yaml_str(yaml, "billing-orders")?;
         assert_eq!((listener.url.as_str(), listener.queue.as_str()), (sender.url(), "billing-orders"));
-        let toml = "[oncebox.rabbitmq]\nurl = \"amqp://host\"\nemergency-timeout = \"2s\"\n";
-        assert_eq!(RabbitSenderConfig::from_toml_str(toml)?.emergency_timeout(), Duration::from_secs(2));
+        let toml = "[oncebox.rabbitmq]\nurl = \"amqp://host\"\nconnect-timeout = \"2s\"\n";
+        assert_eq!(RabbitSenderConfig::from_toml_str(toml)?.connect_timeout(), Duration::from_secs(2));
         Ok(())
     }
 
@@ -635,10 +654,22 @@ mod tests {
         let missing =
             RabbitSenderConfig::from_yaml_str("oncebox:\n  outbox: {}\n").err().map(|e| e.to_string());
         assert!(missing.is_some_and(|text| text.contains("oncebox.rabbitmq") && text.contains("missing")));
-        let unit =
-            "oncebox:\n  rabbitmq:\n    url: amqp://guest:s3cret@host/%2f\n    emergency-timeout: 30\n";
+        let unit = "oncebox:\n  rabbitmq:\n    url: amqp://guest:s3cret@host/%2f\n    connect-timeout: 30\n";
         let error = RabbitSenderConfig::from_yaml_str(unit).err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(error.contains("oncebox.rabbitmq.emergency-timeout") && !error.contains("s3cret"), "{error}");
+        assert!(error.contains("oncebox.rabbitmq.connect-timeout") && !error.contains("s3cret"), "{error}");
+        let moved =
+            "oncebox:\n  rabbitmq:\n    url: amqp://guest:s3cret@host/%2f\n    emergency-timeout: 30s\n";
+        for error in [
+            RabbitSenderConfig::from_yaml_str(moved).err().map(|e| e.to_string()),
+            RabbitListenerConfig::from_yaml_str(moved, "billing").err().map(|e| e.to_string()),
+        ] {
+            let error = error.unwrap_or_default();
+            assert!(
+                error.contains("oncebox.rabbitmq.emergency-timeout")
+                    && error.contains("oncebox.outbox.sender.emergency-timeout"),
+                "{error}"
+            );
+        }
         let unknown = "oncebox:\n  rabbitmq:\n    url: amqp://host\n    urll: x\n";
         let error =
             RabbitSenderConfig::from_yaml_str(unknown).err().map(|e| e.to_string()).unwrap_or_default();

@@ -22,15 +22,15 @@
 //! sender or listener is built. Client certificates are not configurable yet.
 //!
 //! ```no_run
-//! use oncebox_core::Sender;
+//! use oncebox_core::{Deadline, Sender};
 //! use oncebox_rabbit::{RabbitSender, RabbitSenderConfig};
 //! use std::time::Duration;
 //!
 //! # async fn run(batch: Vec<oncebox_core::OutboundMessage>) -> oncebox_core::Result<()> {
-//! let config = RabbitSenderConfig::new("amqp://guest:guest@127.0.0.1:5672/%2f")
-//!     .with_emergency_timeout(Duration::from_secs(10));
+//! let config = RabbitSenderConfig::new("amqp://guest:guest@127.0.0.1:5672/%2f");
 //! let sender = RabbitSender::new(config)?;
-//! for result in sender.send(&batch).await {
+//! // The engine passes `oncebox.outbox.sender.emergency-timeout` as each send's deadline.
+//! for result in sender.send(&batch, Deadline::after(Duration::from_secs(10))).await {
 //!     result?; // Ok only after the broker confirmed and routed the message
 //! }
 //! # Ok(()) }
@@ -43,10 +43,10 @@ mod listener;
 mod sender;
 
 pub use config::{
-    DEFAULT_EMERGENCY_TIMEOUT, DEFAULT_MAX_ATTEMPTS, DEFAULT_PREFETCH, DEFAULT_RECONNECT_MAX,
-    DEFAULT_RECONNECT_MIN, DEFAULT_RETRY_MAX, DEFAULT_RETRY_MIN, DEFAULT_SHUTDOWN_GRACE,
-    MAX_EMERGENCY_TIMEOUT, MAX_RECONNECT_BACKOFF, MAX_RETRY_BACKOFF, MAX_SHUTDOWN_GRACE,
-    RabbitListenerConfig, RabbitSenderConfig, RabbitTopology, redact_url,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_ATTEMPTS, DEFAULT_PREFETCH, DEFAULT_RECONNECT_MAX,
+    DEFAULT_RECONNECT_MIN, DEFAULT_RETRY_MAX, DEFAULT_RETRY_MIN, DEFAULT_SHUTDOWN_GRACE, MAX_CONNECT_TIMEOUT,
+    MAX_RECONNECT_BACKOFF, MAX_RETRY_BACKOFF, MAX_SHUTDOWN_GRACE, RabbitListenerConfig, RabbitSenderConfig,
+    RabbitTopology, redact_url,
 };
 pub use listener::{
     ListenerOutcome, RabbitEvent, RabbitListener, RabbitListenerBuilder, RabbitSource, decode_delivery,

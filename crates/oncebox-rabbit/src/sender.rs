@@ -1,6 +1,7 @@
 //! [`RabbitSender`]: pipelined publishing with publisher confirms and mandatory routing.
 
 use std::fmt;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use futures::StreamExt;
@@ -9,7 +10,7 @@ use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
 use oncebox_core::sender::unanswered_as_timeouts;
-use oncebox_core::{Error, ErrorKind, OutboundMessage, Result, SendError, Sender};
+use oncebox_core::{Deadline, Error, ErrorKind, OutboundMessage, Result, SendError, Sender};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
@@ -32,7 +33,7 @@ const CONTENT_TYPE: &str = "application/json";
 /// with backoff.
 pub struct RabbitSender {
     config: RabbitSenderConfig,
-    link: Mutex<Link>,
+    link: Arc<Mutex<Link>>,
 }
 
 impl fmt::Debug for RabbitSender {
@@ -55,13 +56,13 @@ impl RabbitSender {
     /// while the broker is down.
     pub fn new(config: RabbitSenderConfig) -> Result<Self> {
         config.validate()?;
-        Ok(Self { config, link: Mutex::new(Link::default()) })
+        Ok(Self { config, link: Arc::new(Mutex::new(Link::default())) })
     }
 
-    /// Connects now (within the emergency timeout) instead of on the first batch, so start-up can
+    /// Connects now (within the connect timeout) instead of on the first batch, so start-up can
     /// fail fast on a wrong URL or credentials.
     pub async fn connect(&self) -> Result<()> {
-        self.channel().await.map(|_| ())
+        self.channel(Deadline::after(self.config.connect_timeout)).await.map(|_| ())
     }
 
     /// Closes the connection gracefully; the next batch connects again.
@@ -74,9 +75,9 @@ impl RabbitSender {
             && connection.status().connected()
         {
             let closing = connection.close(200, ShortString::from("oncebox sender closed"));
-            match tokio::time::timeout(self.config.emergency_timeout, closing).await {
-                Ok(result) => result.map_err(|error| broker("closing the RabbitMQ connection", error))?,
-                Err(_) => {
+            match Deadline::after(self.config.connect_timeout).bound(closing).await {
+                Some(result) => result.map_err(|error| broker("closing the RabbitMQ connection", error))?,
+                None => {
                     return Err(Error::temporary(
                         ErrorKind::Timeout,
                         "closing the RabbitMQ connection timed out",
@@ -89,8 +90,9 @@ impl RabbitSender {
     }
 
     /// A usable confirm-mode channel: the current one, a new one on the current connection, or a
-    /// new connection when the old one is gone (not before the backoff delay has passed).
-    async fn channel(&self) -> Result<Channel> {
+    /// new connection when the old one is gone (not before the backoff delay has passed), opened
+    /// by `deadline`.
+    async fn channel(&self, deadline: Deadline) -> Result<Channel> {
         let mut link = self.link.lock().await;
         if let Some(channel) = &link.channel
             && channel.status().connected()
@@ -113,7 +115,7 @@ impl RabbitSender {
                     ));
                 }
             }
-            match self.open_connection().await {
+            match self.open_connection(deadline).await {
                 Ok(connection) => {
                     link.connection = Some(connection);
                     link.failed_attempts = 0;
@@ -143,39 +145,36 @@ impl RabbitSender {
         Ok(channel)
     }
 
-    async fn open_connection(&self) -> Result<Connection> {
+    async fn open_connection(&self, deadline: Deadline) -> Result<Connection> {
         let properties = ConnectionProperties::default()
             .with_connection_name(LongString::from(self.config.connection_name.clone()));
         let url = redact_url(&self.config.url);
-        match tokio::time::timeout(
-            self.config.emergency_timeout,
-            Connection::connect(&self.config.url, properties),
-        )
-        .await
-        {
-            Ok(Ok(connection)) => Ok(connection),
-            Ok(Err(error)) => {
+        match deadline.bound(Connection::connect(&self.config.url, properties)).await {
+            Some(Ok(connection)) => Ok(connection),
+            Some(Err(error)) => {
                 // Whatever refused the connection (closed port, restart, credentials while the broker
                 // boots) may be gone on the next attempt.
                 Err(Error::temporary(ErrorKind::Broker, format!("connecting to RabbitMQ at {url}"))
                     .with_source(error))
             }
-            Err(_) => Err(Error::temporary(
+            None => Err(Error::temporary(
                 ErrorKind::Timeout,
-                format!(
-                    "connecting to RabbitMQ at {url} took longer than {:?}",
-                    self.config.emergency_timeout
-                ),
+                format!("connecting to RabbitMQ at {url} took longer than {:?}", deadline.timeout()),
             )),
         }
     }
 
     /// Drops `channel` if it is still the current one, so the next batch opens a fresh one.
     async fn discard(&self, channel: &Channel) {
-        let mut link = self.link.lock().await;
-        if link.channel.as_ref().is_some_and(|current| current.id() == channel.id()) {
-            link.channel = None;
-        }
+        discard(&self.link, channel).await;
+    }
+}
+
+/// Drops `channel` from `link` if it is still the current one.
+async fn discard(link: &Mutex<Link>, channel: &Channel) {
+    let mut link = link.lock().await;
+    if link.channel.as_ref().is_some_and(|current| current.id() == channel.id()) {
+        link.channel = None;
     }
 }
 
@@ -241,35 +240,46 @@ fn confirmation_result(message: &OutboundMessage, confirmation: Confirmation) ->
 
 #[async_trait]
 impl Sender for RabbitSender {
-    async fn send(&self, batch: &[OutboundMessage]) -> Vec<Result<(), SendError>> {
+    async fn send(&self, batch: &[OutboundMessage], deadline: Deadline) -> Vec<Result<(), SendError>> {
         if batch.is_empty() {
             return Vec::new();
         }
         let mut results: Vec<Option<Result<(), SendError>>> = (0..batch.len()).map(|_| None).collect();
-        // `timeout` (not `Instant::now() + timeout`) saturates a deadline beyond the clock's range.
-        match tokio::time::timeout(self.config.emergency_timeout, self.publish_all(batch, &mut results)).await
-        {
-            Ok(()) => {}
-            Err(_) => {
-                tracing::warn!(
-                    messages = batch.len(),
-                    timeout = ?self.config.emergency_timeout,
-                    "RabbitMQ batch hit the emergency timeout"
-                );
-                // Confirms that never came mean the channel cannot be trusted; the next batch opens a new one.
-                self.link.lock().await.channel = None;
+        let mut used = None;
+        if deadline.bound(self.publish_all(batch, &mut results, deadline, &mut used)).await.is_none() {
+            tracing::warn!(
+                messages = batch.len(),
+                timeout = ?deadline.timeout(),
+                "RabbitMQ batch hit the emergency timeout"
+            );
+            // Confirms that never came mean the channel cannot be trusted; the next batch opens a
+            // new one. In the background: the engine stops waiting at this same deadline, so the
+            // answers in hand must be returned now, not after waiting for the link.
+            if let Some(channel) = used {
+                let link = self.link.clone();
+                tokio::spawn(async move { discard(&link, &channel).await });
             }
         }
-        unanswered_as_timeouts(results, batch, self.config.emergency_timeout, "confirmed")
+        unanswered_as_timeouts(results, batch, &deadline, "confirmed")
     }
 }
 
 impl RabbitSender {
     /// Publishes every message without waiting in between, then collects the confirms; fills
     /// `results` as outcomes become known so a timeout leaves only the unknown ones empty.
-    async fn publish_all(&self, batch: &[OutboundMessage], results: &mut [Option<Result<(), SendError>>]) {
-        let channel = match self.channel().await {
-            Ok(channel) => channel,
+    /// `used` is set to the channel as soon as there is one, for the caller to discard on a timeout.
+    async fn publish_all(
+        &self,
+        batch: &[OutboundMessage],
+        results: &mut [Option<Result<(), SendError>>],
+        deadline: Deadline,
+        used: &mut Option<Channel>,
+    ) {
+        let channel = match self.channel(deadline).await {
+            Ok(channel) => {
+                *used = Some(channel.clone());
+                channel
+            }
             Err(error) => {
                 let text = error.to_string();
                 let temporary = error.is_temporary();

@@ -13,11 +13,12 @@ use lapin::options::{ExchangeDeleteOptions, QueueDeclareOptions, QueueDeleteOpti
 use lapin::types::{FieldTable, ShortString};
 use oncebox_core::engine::{Engine, EngineParts};
 use oncebox_core::{
-    Config, Consumed, Dialect, Error, Inbox, InboxWriter, OutboundMessage, Publisher, SchemaPlan, Sender,
+    Config, Consumed, Deadline, Dialect, Error, Inbox, InboxWriter, OutboundMessage, Publisher, SchemaPlan,
+    Sender,
 };
 use oncebox_rabbit::{
-    DEFAULT_EMERGENCY_TIMEOUT, ListenerOutcome, RabbitEvent, RabbitListener, RabbitListenerConfig,
-    RabbitSender, RabbitSenderConfig, RabbitTopology,
+    ListenerOutcome, RabbitEvent, RabbitListener, RabbitListenerConfig, RabbitSender, RabbitSenderConfig,
+    RabbitTopology,
 };
 use oncebox_sqlite::{SqliteDialect, SqliteWriter};
 use oncebox_testkit::case;
@@ -147,9 +148,7 @@ async fn run_end_to_end(url: &str, exchange: &str, queue: &str, database: &std::
     });
     await_queue(url, queue).await?;
 
-    let timeout = config.outbox.as_ref().map_or(DEFAULT_EMERGENCY_TIMEOUT, |outbox| outbox.emergency_timeout);
-    let sender =
-        RabbitSender::new(RabbitSenderConfig::new(url).with_emergency_timeout(timeout)).map_err(fail)?;
+    let sender = RabbitSender::new(RabbitSenderConfig::new(url)).map_err(fail)?;
     let mut parts = EngineParts::new(config);
     parts.outbox = Some(dialect.outbox_dao());
     parts.inbox = Some(dialect.inbox_dao());
@@ -203,7 +202,7 @@ async fn run_end_to_end(url: &str, exchange: &str, queue: &str, database: &std::
         created_at: chrono::Utc::now(),
     };
     let redeliverer = RabbitSender::new(RabbitSenderConfig::new(url)).map_err(fail)?;
-    let results = redeliverer.send(std::slice::from_ref(&copy)).await;
+    let results = redeliverer.send(std::slice::from_ref(&copy), Deadline::after(WAIT)).await;
     assert!(results.iter().all(Result::is_ok), "{results:?}");
     match tokio::time::timeout(WAIT, outcomes.recv()).await {
         Ok(Ok(ListenerOutcome::Duplicate { id })) => assert_eq!(id, copy_id),

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use oncebox_core::{OutboundMessage, Sender};
+use oncebox_core::{Deadline, OutboundMessage, Sender};
 use oncebox_rabbit::ListenerOutcome;
 use oncebox_testkit::case;
 use oncebox_testkit::runner::{Case, Suite, TestResult, fail, server_missing};
@@ -26,7 +26,7 @@ async fn send_until_confirmed(sender: &dyn Sender, batch: &[OutboundMessage]) ->
     let mut pending: Vec<OutboundMessage> = batch.to_vec();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
     while !pending.is_empty() {
-        let results = sender.send(&pending).await;
+        let results = sender.send(&pending, Deadline::after(Duration::from_secs(10))).await;
         let mut still = Vec::new();
         for (message, result) in pending.into_iter().zip(results) {
             if let Err(error) = result {
@@ -70,9 +70,12 @@ async fn sender_and_listener_survive_a_broker_restart(harness: Arc<ListenerHarne
 
     let stopped = StoppedBroker::stop().map_err(fail)?;
     let during: Vec<OutboundMessage> = (5..10).map(|index| message_for(&fixture.exchange, index)).collect();
-    let results = tokio::time::timeout(Duration::from_secs(30), sender.send(&during))
-        .await
-        .map_err(|_| fail("send while the broker is down hung"))?;
+    let results = tokio::time::timeout(
+        Duration::from_secs(30),
+        sender.send(&during, Deadline::after(Duration::from_secs(10))),
+    )
+    .await
+    .map_err(|_| fail("send while the broker is down hung"))?;
     for result in &results {
         let error = result.as_ref().err().ok_or_else(|| fail("a stopped broker confirmed a message"))?;
         assert!(error.is_temporary(), "a stopped broker is a temporary failure: {error}");

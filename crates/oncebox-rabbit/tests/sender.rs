@@ -13,7 +13,7 @@ use lapin::options::{
 };
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{Channel, Connection, ExchangeKind};
-use oncebox_core::{ErrorKind, Result, Sender};
+use oncebox_core::{Deadline, ErrorKind, Result, Sender};
 use oncebox_rabbit::{RabbitSender, RabbitSenderConfig};
 use oncebox_testkit::case;
 use oncebox_testkit::runner::{Case, Suite, TestResult, fail, server_missing};
@@ -90,7 +90,7 @@ async fn declare_exchange(channel: &Channel, exchange: &str, auto_delete: bool) 
 
 impl RabbitHarness {
     fn config(&self) -> RabbitSenderConfig {
-        RabbitSenderConfig::new(self.url.clone()).with_emergency_timeout(EMERGENCY_TIMEOUT)
+        RabbitSenderConfig::new(self.url.clone())
     }
 }
 
@@ -103,7 +103,7 @@ impl SenderHarness for RabbitHarness {
     }
 
     async fn unreachable_sender(&self) -> Result<RabbitSender> {
-        RabbitSender::new(RabbitSenderConfig::new(UNREACHABLE_URL).with_emergency_timeout(EMERGENCY_TIMEOUT))
+        RabbitSender::new(RabbitSenderConfig::new(UNREACHABLE_URL))
     }
 
     async fn consumer(&self, topic: &str) -> Result<Box<dyn TestConsumer>> {
@@ -164,7 +164,7 @@ async fn an_exchange_without_queues_fails_the_event_as_unroutable(harness: Arc<R
     declare_exchange(&channel, &exchange, false).await.map_err(fail)?;
     let sender = harness.sender(&exchange).await.map_err(fail)?;
     let batch = vec![test_message(&exchange, 0), test_message(&exchange, 1)];
-    let results = sender.send(&batch).await;
+    let results = sender.send(&batch, Deadline::after(EMERGENCY_TIMEOUT)).await;
     delete_exchange(&channel, &exchange).await.map_err(fail)?;
     drop(connection);
     assert_eq!(results.len(), 2, "one result per message");
@@ -183,9 +183,10 @@ async fn a_missing_exchange_fails_the_batch_without_hanging(harness: Arc<RabbitH
     let sender = harness.sender(&missing).await.map_err(fail)?;
     let batch: Vec<_> = (0..5).map(|index| test_message(&missing, index)).collect();
     // Well below the emergency timeout: the closed channel must fail the confirms by itself.
-    let results = tokio::time::timeout(Duration::from_secs(5), sender.send(&batch))
-        .await
-        .map_err(|_| fail("send to a missing exchange hung"))?;
+    let results =
+        tokio::time::timeout(Duration::from_secs(5), sender.send(&batch, Deadline::after(EMERGENCY_TIMEOUT)))
+            .await
+            .map_err(|_| fail("send to a missing exchange hung"))?;
     assert_eq!(results.len(), batch.len(), "one result per message");
     for result in &results {
         let error = result.as_ref().err().ok_or_else(|| fail("a message to a missing exchange succeeded"))?;
@@ -195,7 +196,7 @@ async fn a_missing_exchange_fails_the_batch_without_hanging(harness: Arc<RabbitH
     let topic = harness.fresh_topic();
     let mut consumer = harness.consumer(&topic).await.map_err(fail)?;
     let good = test_message(&topic, 9);
-    let results = sender.send(std::slice::from_ref(&good)).await;
+    let results = sender.send(std::slice::from_ref(&good), Deadline::after(EMERGENCY_TIMEOUT)).await;
     assert!(results.iter().all(Result::is_ok), "the next batch should be delivered: {results:?}");
     let got = consumer.next(Duration::from_secs(10)).await.map_err(fail)?;
     assert!(got.is_some(), "the next batch never arrived");
@@ -214,7 +215,13 @@ async fn the_sender_recovers_after_its_connection_is_closed(harness: Arc<RabbitH
     let topic = harness.fresh_topic();
     let mut consumer = harness.consumer(&topic).await.map_err(fail)?;
     let first = test_message(&topic, 0);
-    assert!(sender.send(std::slice::from_ref(&first)).await.iter().all(Result::is_ok));
+    assert!(
+        sender
+            .send(std::slice::from_ref(&first), Deadline::after(EMERGENCY_TIMEOUT))
+            .await
+            .iter()
+            .all(Result::is_ok)
+    );
 
     let closed = close_connections_named(&name).map_err(fail)?;
     assert_eq!(closed, 1, "the sender's connection should be listed by rabbitmqctl");
@@ -222,7 +229,7 @@ async fn the_sender_recovers_after_its_connection_is_closed(harness: Arc<RabbitH
     let second = test_message(&topic, 1);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
-        let results = sender.send(std::slice::from_ref(&second)).await;
+        let results = sender.send(std::slice::from_ref(&second), Deadline::after(EMERGENCY_TIMEOUT)).await;
         match results.first() {
             Some(Ok(())) => break,
             Some(Err(error)) => {

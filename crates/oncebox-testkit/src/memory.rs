@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use oncebox_core::{Error, ErrorKind, OutboundMessage, SendError, Sender};
+use oncebox_core::{Deadline, Error, ErrorKind, OutboundMessage, SendError, Sender};
 use tokio::sync::{mpsc, watch};
 use uuid::Uuid;
 
@@ -121,9 +121,11 @@ impl MemoryBroker {
     }
 }
 
+/// The broker ignores its deadline, like a sender that overran it: a held or slow send meets the
+/// engine's own bound.
 #[async_trait]
 impl Sender for MemoryBroker {
-    async fn send(&self, batch: &[OutboundMessage]) -> Vec<Result<(), SendError>> {
+    async fn send(&self, batch: &[OutboundMessage], _deadline: Deadline) -> Vec<Result<(), SendError>> {
         let delay = {
             let mut state = self.state();
             state.batches += 1;
@@ -168,6 +170,10 @@ mod tests {
     use super::*;
     use chrono::Utc;
 
+    fn deadline() -> Deadline {
+        Deadline::after(Duration::from_secs(30))
+    }
+
     fn message(topic: &str) -> OutboundMessage {
         let id = Uuid::now_v7();
         OutboundMessage {
@@ -188,14 +194,14 @@ mod tests {
         let mut subscription = broker.subscribe("orders");
         let batch = vec![message("orders"), message("orders"), message("other")];
         broker.reject(batch[1].id);
-        let results = broker.send(&batch).await;
+        let results = broker.send(&batch, deadline()).await;
         assert!(results[0].is_ok() && results[2].is_ok());
         assert!(results[1].as_ref().is_err_and(|e| !e.is_temporary()));
         assert_eq!(subscription.try_recv().map(|m| m.id), Some(batch[0].id));
         assert!(subscription.try_recv().is_none());
 
         broker.set_down(true);
-        let results = broker.send(&batch[..1]).await;
+        let results = broker.send(&batch[..1], deadline()).await;
         assert!(results[0].as_ref().is_err_and(|e| e.is_temporary()));
         assert_eq!(broker.delivery_counts().len(), 2);
     }
@@ -205,7 +211,7 @@ mod tests {
         let broker = MemoryBroker::new();
         broker.hold();
         let batch = vec![message("orders")];
-        let mut send = Box::pin(broker.send(&batch));
+        let mut send = Box::pin(broker.send(&batch, deadline()));
         assert!(futures::poll!(&mut send).is_pending());
         assert_eq!(broker.batches(), 1, "the send has started");
         assert!(broker.delivered().is_empty(), "nothing is acknowledged while held");

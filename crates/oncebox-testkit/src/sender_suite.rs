@@ -14,7 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::Utc;
 use oncebox_core::event::{HEADER_EVENT_ID, HEADER_EVENT_TYPE, HEADER_PAYLOAD_TYPE};
-use oncebox_core::{Error, ErrorKind, Headers, OutboundMessage, Result, SendError, Sender};
+use oncebox_core::{Deadline, Error, ErrorKind, Headers, OutboundMessage, Result, SendError, Sender};
 use uuid::Uuid;
 
 use crate::case;
@@ -83,6 +83,14 @@ pub fn cases<H: SenderHarness>() -> Vec<Case<H>> {
 const ARRIVAL: Duration = Duration::from_secs(30);
 /// How long a sender may take to give up on an unreachable broker.
 const GIVE_UP: Duration = Duration::from_secs(60);
+/// The deadline of a send that should be answered: long enough for a busy broker.
+const SEND_DEADLINE: Duration = Duration::from_secs(30);
+/// The deadline of a send to a broker that is not there: the sender must return by it.
+const UNREACHABLE_DEADLINE: Duration = Duration::from_secs(3);
+
+fn deadline() -> Deadline {
+    Deadline::after(SEND_DEADLINE)
+}
 /// The event type of every test message.
 const EVENT_TYPE: &str = "order-created";
 
@@ -142,7 +150,7 @@ async fn payload_key_and_headers_round_trip<H: SenderHarness>(harness: Arc<H>) -
     unicode.payload = "{\"text\":\"注文 🚀 e\u{301} \\\"quoted\\\" \\\\ \"}".to_owned();
     let batch = vec![keyed.clone(), unicode.clone()];
 
-    let results = sender.send(&batch).await;
+    let results = sender.send(&batch, deadline()).await;
     assert_eq!(results.len(), 2, "one result per message");
     for (result, message) in results.iter().zip(&batch) {
         assert!(result.is_ok(), "message {} was not acknowledged: {result:?}", message.id);
@@ -172,7 +180,7 @@ async fn results_mean_delivered<H: SenderHarness>(harness: Arc<H>) -> TestResult
     let batch: Vec<OutboundMessage> = (0..25)
         .map(|index| OutboundMessage { key: "same-key".into(), ..test_message(&topic, index) })
         .collect();
-    let results = sender.send(&batch).await;
+    let results = sender.send(&batch, deadline()).await;
     assert_eq!(results.len(), batch.len(), "one result per message");
     assert!(results.iter().all(Result::is_ok), "every message should be acknowledged: {results:?}");
     // Ok means acknowledged: every message is readable now, in send order for one key.
@@ -188,7 +196,7 @@ async fn an_empty_batch_sends_nothing<H: SenderHarness>(harness: Arc<H>) -> Test
     let topic = harness.fresh_topic();
     let mut consumer = harness.consumer(&topic).await.map_err(fail)?;
     let sender = harness.sender(&topic).await.map_err(fail)?;
-    assert!(sender.send(&[]).await.is_empty());
+    assert!(sender.send(&[], deadline()).await.is_empty());
     assert!(consumer.next(Duration::from_millis(200)).await.map_err(fail)?.is_none());
     Ok(())
 }
@@ -197,7 +205,7 @@ async fn unreachable_broker_fails_temporarily<H: SenderHarness>(harness: Arc<H>)
     let topic = harness.fresh_topic();
     let sender = harness.unreachable_sender().await.map_err(fail)?;
     let batch: Vec<OutboundMessage> = (0..3).map(|index| test_message(&topic, index)).collect();
-    let results = tokio::time::timeout(GIVE_UP, sender.send(&batch))
+    let results = tokio::time::timeout(GIVE_UP, sender.send(&batch, Deadline::after(UNREACHABLE_DEADLINE)))
         .await
         .map_err(|_| fail(format!("send to an unreachable broker did not return within {GIVE_UP:?}")))?;
     assert_eq!(results.len(), batch.len(), "one result per message");
@@ -219,7 +227,7 @@ async fn one_bad_message_fails_alone<H: SenderHarness>(harness: Arc<H>) -> TestR
     let sender = harness.sender(&topic).await.map_err(fail)?;
     let mut batch: Vec<OutboundMessage> = (0..4).map(|index| test_message(&topic, index)).collect();
     batch[1].payload = oversized;
-    let results = sender.send(&batch).await;
+    let results = sender.send(&batch, deadline()).await;
     assert_eq!(results.len(), batch.len(), "one result per message");
     assert!(results[1].is_err(), "the oversized message must fail");
     for index in [0, 2, 3] {
@@ -258,10 +266,10 @@ impl MemorySender {
 
 #[async_trait]
 impl Sender for MemorySender {
-    async fn send(&self, batch: &[OutboundMessage]) -> Vec<Result<(), SendError>> {
+    async fn send(&self, batch: &[OutboundMessage], deadline: Deadline) -> Vec<Result<(), SendError>> {
         let fitting: Vec<OutboundMessage> =
             batch.iter().filter(|message| message.payload.len() <= self.max_payload_bytes).cloned().collect();
-        let mut delivered = self.broker.send(&fitting).await.into_iter();
+        let mut delivered = self.broker.send(&fitting, deadline).await.into_iter();
         batch
             .iter()
             .map(|message| {

@@ -57,10 +57,10 @@ pub use oncebox_core::engine::{Lifecycle, StatsSnapshot, Wakers};
 pub use oncebox_core::redact;
 pub use oncebox_core::{Config, consume, event, hooks};
 pub use oncebox_core::{
-    ConsumeError, Consumed, ConsumedCache, Dialect, DlqDao, DlqHandler, DlqStatus, EngineHandle, Error,
-    ErrorKind, EventMeta, EventStatus, Headers, Inbox, InboxDao, JsonSerializer, NewOutboxEvent, NoCache,
-    NoMetrics, OutboundMessage, OutboxDao, OutboxEvent, OutboxMetrics, Publisher, Result, SendError, Sender,
-    SerializedEvent, Serializer, TableNames, UuidGenerator, UuidV7Generator,
+    ConsumeError, Consumed, ConsumedCache, Deadline, Dialect, DlqDao, DlqHandler, DlqStatus, EngineHandle,
+    Error, ErrorKind, EventMeta, EventStatus, Headers, Inbox, InboxDao, JsonSerializer, NewOutboxEvent,
+    NoCache, NoMetrics, OutboundMessage, OutboxDao, OutboxEvent, OutboxMetrics, Publisher, Result, SendError,
+    Sender, SerializedEvent, Serializer, TableNames, UuidGenerator, UuidV7Generator,
 };
 
 /// The embedded SQLite dialect.

@@ -336,6 +336,7 @@ impl Engine {
                 .sender
                 .clone()
                 .ok_or_else(|| missing("oncebox.outbox is configured but no sender was given"))?;
+            sender.adopt_emergency_timeout(outbox_config.emergency_timeout)?;
             let claim_ahead = tasks::claim_ahead_is_safe(
                 outbox_config.emergency_timeout,
                 outbox_config.stuck_recovery.max_batch_processing_time,

@@ -19,7 +19,7 @@ use crate::event::{ClaimedBatch, OutboundMessage, Settlement};
 use crate::hooks::{DlqHandler, OutboxMetrics};
 use crate::polling::RunResult;
 use crate::retry::{RetryDecision, decide};
-use crate::sender::{SendError, Sender};
+use crate::sender::{Deadline, SendError, Sender, unanswered_as_timeouts};
 
 /// How a task run went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,24 +70,18 @@ pub(crate) fn claim_ahead_is_safe(emergency_timeout: Duration, max_batch_process
 
 impl EventPoller {
     async fn send_bounded(&self, messages: &[OutboundMessage]) -> Vec<Result<(), SendError>> {
-        let mut results = match tokio::time::timeout(self.emergency_timeout, self.sender.send(messages)).await
-        {
-            Ok(results) => results,
-            Err(_) => {
-                warn!(event_type = %self.event_type, timeout = ?self.emergency_timeout, "send exceeded the emergency timeout");
-                return messages
-                    .iter()
-                    .map(|_| {
-                        Err(Error::temporary(
-                            ErrorKind::Timeout,
-                            format!(
-                                "no acknowledgement within the emergency timeout of {:?}",
-                                self.emergency_timeout
-                            ),
-                        ))
-                    })
-                    .collect();
-            }
+        let deadline = Deadline::after(self.emergency_timeout);
+        // The engine's own bound, for a sender that ignores its deadline. A tokio timeout polls
+        // the work before its timer, so a sender that stops at the same deadline still returns
+        // the answers it has, and only a sender that overran loses them.
+        let Some(mut results) = deadline.bound(self.sender.send(messages, deadline)).await else {
+            warn!(event_type = %self.event_type, timeout = ?self.emergency_timeout, "send exceeded the emergency timeout");
+            return unanswered_as_timeouts(
+                messages.iter().map(|_| None).collect(),
+                messages,
+                &deadline,
+                "acknowledged",
+            );
         };
         if results.len() != messages.len() {
             warn!(

@@ -11,7 +11,7 @@ use tokio::time::Instant as TokioInstant;
 use super::*;
 use crate::config::{ConfigBuilder, EventSettings};
 use crate::event::{ClaimedBatch, EventStatus, OutboxCounts, OutboxEvent, SettleReport, Settlement};
-use crate::sender::SendError;
+use crate::sender::{Deadline, SendError, unanswered_as_timeouts};
 
 /// An outbox of `pending` identical rows that records when each claim happened.
 #[derive(Default)]
@@ -133,7 +133,11 @@ struct CountingSender {
 
 #[async_trait]
 impl Sender for CountingSender {
-    async fn send(&self, batch: &[crate::event::OutboundMessage]) -> Vec<Result<(), SendError>> {
+    async fn send(
+        &self,
+        batch: &[crate::event::OutboundMessage],
+        _deadline: Deadline,
+    ) -> Vec<Result<(), SendError>> {
         let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_in_flight.fetch_max(now, Ordering::SeqCst);
         tokio::time::sleep(self.delay).await;
@@ -241,7 +245,11 @@ struct RecordingSender {
 
 #[async_trait]
 impl Sender for RecordingSender {
-    async fn send(&self, batch: &[crate::event::OutboundMessage]) -> Vec<Result<(), SendError>> {
+    async fn send(
+        &self,
+        batch: &[crate::event::OutboundMessage],
+        _deadline: Deadline,
+    ) -> Vec<Result<(), SendError>> {
         if let (Some(first), Ok(mut sends)) = (batch.first(), self.sends.lock()) {
             sends.push((first.id, TokioInstant::now()));
         }
@@ -443,6 +451,70 @@ async fn starting_without_a_sender_is_an_error() {
     parts.outbox = Some(Arc::new(ScriptedOutbox::default()));
     let error = Engine::start(parts).err().map(|e| e.to_string()).unwrap_or_default();
     assert!(error.contains("no sender"), "{error}");
+}
+
+/// Acknowledges the first message of a batch at once and never hears about the rest, so it
+/// stops at its deadline as a real sender does; records the emergency timeout it was handed, or
+/// refuses it.
+#[derive(Default)]
+struct FirstOnlySender {
+    adopted: Mutex<Option<Duration>>,
+    refuse_adoption: bool,
+}
+
+#[async_trait]
+impl Sender for FirstOnlySender {
+    async fn send(
+        &self,
+        batch: &[crate::event::OutboundMessage],
+        deadline: Deadline,
+    ) -> Vec<Result<(), SendError>> {
+        let mut results: Vec<Option<Result<(), SendError>>> = batch.iter().map(|_| None).collect();
+        if let Some(first) = results.first_mut() {
+            *first = Some(Ok(()));
+        }
+        deadline.bound(std::future::pending::<()>()).await;
+        unanswered_as_timeouts(results, batch, &deadline, "acknowledged")
+    }
+
+    fn adopt_emergency_timeout(&self, timeout: Duration) -> Result<()> {
+        if self.refuse_adoption {
+            return Err(Error::config("test.delivery-timeout", format!("is longer than {timeout:?}")));
+        }
+        if let Ok(mut adopted) = self.adopted.lock() {
+            *adopted = Some(timeout);
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sender_that_stops_at_its_deadline_keeps_the_answers_it_had() {
+    let outbox = Arc::new(ScriptedOutbox::with_pending(10));
+    let sender = Arc::new(FirstOnlySender::default());
+    let config = outbox_only(
+        Config::builder()
+            .emergency_timeout(Duration::from_secs(5))
+            .event("e", EventSettings::new("t").batch_size(10)),
+    );
+    let engine = start(config, outbox, sender.clone());
+    assert_eq!(sender.adopted.lock().map(|a| *a).ok().flatten(), Some(Duration::from_secs(5)));
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let stats = engine.stats();
+    // The engine's bound fires at the same instant as the sender's; the acknowledged message
+    // must still count as delivered, not be sent again.
+    assert_eq!((stats.delivered, stats.retried), (1, 9), "{stats:?}");
+    engine.shutdown(Duration::from_secs(5)).await.expect("the engine shuts down cleanly");
+}
+
+#[tokio::test]
+async fn a_sender_that_refuses_the_emergency_timeout_stops_the_start_naming_its_setting() {
+    let config = outbox_only(Config::builder().event("e", EventSettings::new("t")));
+    let mut parts = EngineParts::new(config);
+    parts.outbox = Some(Arc::new(ScriptedOutbox::default()));
+    parts.sender = Some(Arc::new(FirstOnlySender { refuse_adoption: true, ..FirstOnlySender::default() }));
+    let error = Engine::start(parts).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(error.contains("test.delivery-timeout") && error.contains("120s"), "{error}");
 }
 
 struct ChannelWakeSource(tokio::sync::mpsc::UnboundedReceiver<WakeUp>);

@@ -13,7 +13,7 @@ use lapin::options::{
 };
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Connection, ExchangeKind};
-use oncebox_core::{Dialect, Error, ErrorKind, Inbox, OutboundMessage, SchemaPlan, Sender};
+use oncebox_core::{Deadline, Dialect, Error, ErrorKind, Inbox, OutboundMessage, SchemaPlan, Sender};
 use oncebox_rabbit::{
     ListenerOutcome, RabbitListener, RabbitListenerConfig, RabbitSender, RabbitSenderConfig, RabbitTopology,
 };
@@ -279,9 +279,7 @@ impl Fixture {
     }
 
     pub fn sender(&self) -> oncebox_core::Result<RabbitSender> {
-        RabbitSender::new(
-            RabbitSenderConfig::new(self.url.clone()).with_emergency_timeout(Duration::from_secs(10)),
-        )
+        RabbitSender::new(RabbitSenderConfig::new(self.url.clone()))
     }
 
     /// Sends `message`, retrying while the listener has not declared and bound its queue yet
@@ -289,7 +287,11 @@ impl Fixture {
     pub async fn deliver(&self, sender: &RabbitSender, message: &OutboundMessage) -> TestResult {
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {
-            match sender.send(std::slice::from_ref(message)).await.pop() {
+            match sender
+                .send(std::slice::from_ref(message), Deadline::after(Duration::from_secs(10)))
+                .await
+                .pop()
+            {
                 Some(Ok(())) => return Ok(()),
                 Some(Err(error)) if tokio::time::Instant::now() >= deadline => {
                     return Err(fail(format!("could not deliver {}: {error}", message.id)));
