@@ -279,94 +279,31 @@ impl<D: Dialect, S> OnceboxBuilder<D, S> {
             dlq_handler,
             worker_id,
         } = self;
-        dialect.use_tables(&config.tables.names);
-        let outbox_config = config.outbox.as_ref();
-        let dlq_enabled = outbox_config.is_some_and(|o| o.dlq.is_some());
-        let plan = SchemaPlan {
-            outbox: outbox_config.is_some(),
-            dlq: dlq_enabled,
-            inbox: config.inbox.is_some(),
-            jobs: outbox_config
-                .is_some_and(|o| o.clean_up.is_some() || o.dlq.is_some_and(|d| d.clean_up.is_some()))
-                || config.inbox.as_ref().is_some_and(|i| i.clean_up.is_some()),
-        };
-        if config.tables.auto_create {
-            dialect.create_schema(plan).await.map_err(|e| e.context("creating oncebox tables"))?;
-        }
-        let cache = match (config.inbox.as_ref().and_then(|i| i.cache), cache) {
-            (_, Some(cache)) => Some(cache),
-            #[cfg(feature = "cache")]
-            (Some(cache_config), None) => {
-                Some(Arc::new(oncebox_cache::MemoryCache::from_config(&cache_config))
-                    as Arc<dyn ConsumedCache>)
-            }
-            #[cfg(not(feature = "cache"))]
-            (Some(_), None) => {
-                tracing::warn!(
-                    "oncebox.inbox.cache is configured but no cache was attached and the `cache` feature is off; \
-                     every inbox check goes to the database"
-                );
-                None
-            }
-            (None, None) => None,
-        };
-        let metrics_wanted = outbox_config.is_some_and(|o| o.metrics.enabled)
-            || config.inbox.as_ref().is_some_and(|i| i.metrics_enabled);
-        let metrics: Arc<dyn OutboxMetrics> = match metrics {
-            Some(metrics) => metrics,
-            #[cfg(feature = "metrics")]
-            None if metrics_wanted => Arc::new(oncebox_metrics::Metrics::new()),
-            #[cfg(not(feature = "metrics"))]
-            None if metrics_wanted => {
-                tracing::warn!(
-                    "metrics are enabled in the configuration but no metrics hook was attached and the `metrics` \
-                     feature is off; nothing is recorded"
-                );
-                Arc::new(NoMetrics)
-            }
-            None => Arc::new(NoMetrics),
-        };
-        let gauge_config = outbox_config.and_then(|o| o.metrics.gauges.as_ref());
-        #[cfg(not(feature = "metrics"))]
-        if gauge_config.is_some() {
-            tracing::warn!(
-                "oncebox.outbox.metrics.gauge is enabled but the `metrics` feature is off; no gauges"
-            );
-        }
-        if outbox_config.is_some() && sender.is_none() {
+        if config.outbox.is_some() && sender.is_none() {
             return Err(Error::config(
                 "oncebox.outbox",
                 "events are configured but no sender was given to the builder",
             ));
         }
+        dialect.use_tables(&config.tables.names);
+        let plan = schema_plan(&config);
+        if config.tables.auto_create {
+            dialect.create_schema(plan).await.map_err(|e| e.context("creating oncebox tables"))?;
+        }
+        let cache = inbox_cache(&config, cache);
+        let metrics = metrics_hook(&config, metrics);
         let mut parts = EngineParts::new(config.clone());
         parts.worker_id = worker_id;
         parts.metrics = metrics.clone();
         parts.dlq_handler = dlq_handler;
         parts.sender = sender;
-        parts.job_lock = plan.jobs.then(|| dialect.job_lock());
-        if plan.outbox {
-            parts.outbox = Some(dialect.outbox_dao());
-            if outbox_config.is_some_and(|o| o.wake_up == config::WakeUpMode::ListenNotify) {
-                parts.wake_source = dialect.wake_source().await?;
-            }
-        }
-        if plan.dlq {
-            parts.dlq = Some(dialect.dlq_dao());
-        }
-        if plan.inbox {
-            parts.inbox = Some(dialect.inbox_dao());
-        }
+        attach_daos(&mut parts, &dialect, plan).await?;
         let engine = Engine::start(parts)?;
         #[cfg(feature = "metrics")]
-        let gauges = gauge_config.map(|gauge_config| {
-            let gauges =
-                oncebox_metrics::RowCountGauges::from_config(gauge_config).with_outbox(dialect.outbox_dao());
-            if plan.dlq { gauges.with_dlq(dialect.dlq_dao()) } else { gauges }.spawn()
-        });
+        let gauges = row_count_gauges(&config, &dialect, plan);
         let writer = Arc::new(dialect.writer());
         let event_types =
-            outbox_config.map(|o| o.events.keys().cloned().collect::<Vec<_>>()).unwrap_or_default();
+            config.outbox.as_ref().map(|o| o.events.keys().cloned().collect::<Vec<_>>()).unwrap_or_default();
         let publisher =
             Publisher::new(writer.clone(), event_types).with_serializer(serializer).with_uuid_generator(ids);
         tracing::info!(dialect = dialect.name(), "oncebox started");
@@ -382,6 +319,98 @@ impl<D: Dialect, S> OnceboxBuilder<D, S> {
             gauges: std::sync::Mutex::new(gauges),
         })
     }
+}
+
+/// The tables `config` needs: the outbox's with events, the DLQ's when enabled, the inbox's, and
+/// the job lock's when any clean-up runs.
+fn schema_plan(config: &Config) -> SchemaPlan {
+    let outbox = config.outbox.as_ref();
+    SchemaPlan {
+        outbox: outbox.is_some(),
+        dlq: outbox.is_some_and(|o| o.dlq.is_some()),
+        inbox: config.inbox.is_some(),
+        jobs: outbox.is_some_and(|o| o.clean_up.is_some() || o.dlq.is_some_and(|d| d.clean_up.is_some()))
+            || config.inbox.as_ref().is_some_and(|i| i.clean_up.is_some()),
+    }
+}
+
+/// The cache in front of the inbox: the one attached, else the configured in-memory cache (with
+/// the `cache` feature), else none.
+fn inbox_cache(config: &Config, attached: Option<Arc<dyn ConsumedCache>>) -> Option<Arc<dyn ConsumedCache>> {
+    match (config.inbox.as_ref().and_then(|i| i.cache), attached) {
+        (_, Some(cache)) => Some(cache),
+        #[cfg(feature = "cache")]
+        (Some(cache_config), None) => {
+            Some(Arc::new(oncebox_cache::MemoryCache::from_config(&cache_config)) as Arc<dyn ConsumedCache>)
+        }
+        #[cfg(not(feature = "cache"))]
+        (Some(_), None) => {
+            tracing::warn!(
+                "oncebox.inbox.cache is configured but no cache was attached and the `cache` feature is off; \
+                 every inbox check goes to the database"
+            );
+            None
+        }
+        (None, None) => None,
+    }
+}
+
+/// The metrics hook: the one attached, else Prometheus metrics when the configuration enables
+/// them (with the `metrics` feature), else none.
+fn metrics_hook(config: &Config, attached: Option<Arc<dyn OutboxMetrics>>) -> Arc<dyn OutboxMetrics> {
+    let outbox = config.outbox.as_ref();
+    let wanted =
+        outbox.is_some_and(|o| o.metrics.enabled) || config.inbox.as_ref().is_some_and(|i| i.metrics_enabled);
+    #[cfg(not(feature = "metrics"))]
+    if outbox.is_some_and(|o| o.metrics.gauges.is_some()) {
+        tracing::warn!("oncebox.outbox.metrics.gauge is enabled but the `metrics` feature is off; no gauges");
+    }
+    match attached {
+        Some(metrics) => metrics,
+        #[cfg(feature = "metrics")]
+        None if wanted => Arc::new(oncebox_metrics::Metrics::new()),
+        #[cfg(not(feature = "metrics"))]
+        None if wanted => {
+            tracing::warn!(
+                "metrics are enabled in the configuration but no metrics hook was attached and the `metrics` \
+                 feature is off; nothing is recorded"
+            );
+            Arc::new(NoMetrics)
+        }
+        None => Arc::new(NoMetrics),
+    }
+}
+
+/// Gives the engine the dialect's DAOs, job lock and wake-up source that `plan` calls for.
+async fn attach_daos<D: Dialect>(parts: &mut EngineParts, dialect: &D, plan: SchemaPlan) -> Result<()> {
+    parts.job_lock = plan.jobs.then(|| dialect.job_lock());
+    if plan.outbox {
+        parts.outbox = Some(dialect.outbox_dao());
+        let listen =
+            parts.config.outbox.as_ref().is_some_and(|o| o.wake_up == config::WakeUpMode::ListenNotify);
+        if listen {
+            parts.wake_source = dialect.wake_source().await?;
+        }
+    }
+    if plan.dlq {
+        parts.dlq = Some(dialect.dlq_dao());
+    }
+    if plan.inbox {
+        parts.inbox = Some(dialect.inbox_dao());
+    }
+    Ok(())
+}
+
+/// The row-count gauges, refreshed in the background, when `oncebox.outbox.metrics.gauge` is on.
+#[cfg(feature = "metrics")]
+fn row_count_gauges<D: Dialect>(
+    config: &Config,
+    dialect: &D,
+    plan: SchemaPlan,
+) -> Option<oncebox_metrics::GaugeRefresh> {
+    let gauge_config = config.outbox.as_ref().and_then(|o| o.metrics.gauges.as_ref())?;
+    let gauges = oncebox_metrics::RowCountGauges::from_config(gauge_config).with_outbox(dialect.outbox_dao());
+    Some(if plan.dlq { gauges.with_dlq(dialect.dlq_dao()) } else { gauges }.spawn())
 }
 
 impl<D: Dialect, S> Oncebox<D, S> {

@@ -26,7 +26,7 @@ pub use tasks::{
     JOB_TRANSFER_TO_DLQ,
 };
 
-use crate::config::{CleanUpConfig, Config, Polling};
+use crate::config::{CleanUpConfig, Config, DlqConfig, OutboxConfig, Polling};
 use crate::dao::{DlqDao, InboxDao, JobLock, OutboxDao, WakeSource, WakeUp};
 use crate::error::{Error, ErrorKind, Result};
 use crate::hooks::{DlqHandler, LogDlqHandler, NoMetrics, OutboxMetrics, TaskOutcome};
@@ -306,131 +306,15 @@ impl Engine {
         stats: &Arc<EngineStats>,
         stop_claiming: &CancellationToken,
     ) -> Result<Vec<TaskSpec>> {
-        let config = &parts.config;
-        let missing = |what: &str| Error::new(ErrorKind::Lifecycle, format!("cannot start: {what}"));
+        let assembly = Assembly { parts, wakers, stats, stop_claiming };
         let mut specs = Vec::new();
-        let lock = |key: &str| -> Result<Arc<dyn JobLock>> {
-            parts.job_lock.clone().ok_or_else(|| missing(&format!("{key} needs a job lock")))
-        };
-        let clean_up_spec = |job: &'static str, key: &str, target: CleanUpTarget, clean_up: CleanUpConfig| {
-            Ok::<_, Error>(TaskSpec {
-                body: Arc::new(LockedCleanUp {
-                    job,
-                    target,
-                    config: clean_up,
-                    lock: lock(key)?,
-                    owner: parts.worker_id,
-                    lock_durations: config.distributed_lock.durations_for(&clean_up.polling),
-                    metrics: parts.metrics.clone(),
-                }),
-                polling: clean_up.polling,
-                wake: None,
-            })
-        };
-        if let Some(outbox_config) = &config.outbox {
-            let outbox = parts
-                .outbox
-                .clone()
-                .ok_or_else(|| missing("oncebox.outbox is configured but no outbox DAO was given"))?;
-            let sender = parts
-                .sender
-                .clone()
-                .ok_or_else(|| missing("oncebox.outbox is configured but no sender was given"))?;
-            sender.adopt_emergency_timeout(outbox_config.emergency_timeout)?;
-            let claim_ahead = tasks::claim_ahead_is_safe(
-                outbox_config.emergency_timeout,
-                outbox_config.stuck_recovery.max_batch_processing_time,
-            );
-            if !claim_ahead {
-                info!(
-                    "claiming ahead is off: stuck-recovery.max-batch-processing-time is not longer than twice \
-                     sender.emergency-timeout; each batch is claimed after the previous one was sent"
-                );
-            }
-            for (event_type, event_config) in &outbox_config.events {
-                specs.push(TaskSpec {
-                    body: Arc::new(EventPoller {
-                        event_type: event_type.clone(),
-                        config: event_config.clone(),
-                        emergency_timeout: outbox_config.emergency_timeout,
-                        outbox: outbox.clone(),
-                        sender: sender.clone(),
-                        metrics: parts.metrics.clone(),
-                        stats: stats.clone(),
-                        claim_ahead,
-                        last_send_delivered: AtomicBool::new(true),
-                        stop_claiming: stop_claiming.clone(),
-                    }),
-                    polling: event_config.polling,
-                    wake: wakers.get(event_type),
-                });
-            }
-            let stuck = outbox_config.stuck_recovery;
-            specs.push(TaskSpec {
-                body: Arc::new(StuckRecovery {
-                    outbox: outbox.clone(),
-                    older_than: stuck.max_batch_processing_time,
-                    max_recoveries: stuck.max_recoveries,
-                    batch_size: stuck.batch_size,
-                    metrics: parts.metrics.clone(),
-                    stats: stats.clone(),
-                }),
-                polling: stuck.polling,
-                wake: None,
-            });
-            if let Some(clean_up) = outbox_config.clean_up {
-                specs.push(clean_up_spec(
-                    JOB_CLEANUP_PROCESSED,
-                    "oncebox.outbox.clean-up",
-                    CleanUpTarget::Processed(outbox.clone()),
-                    clean_up,
-                )?);
-            }
-            if let Some(dlq_config) = outbox_config.dlq {
-                let dlq = parts
-                    .dlq
-                    .clone()
-                    .ok_or_else(|| missing("oncebox.outbox.dlq is enabled but no DLQ DAO was given"))?;
-                specs.push(TaskSpec {
-                    body: Arc::new(TransferToDlq {
-                        dlq: dlq.clone(),
-                        batch_size: dlq_config.transfer_to.batch_size,
-                        handler: parts.dlq_handler.clone(),
-                        metrics: parts.metrics.clone(),
-                        stats: stats.clone(),
-                    }),
-                    polling: dlq_config.transfer_to.polling,
-                    wake: None,
-                });
-                let wake_all_wakers = wakers.clone();
-                specs.push(TaskSpec {
-                    body: Arc::new(TransferFromDlq {
-                        dlq: dlq.clone(),
-                        batch_size: dlq_config.transfer_from.batch_size,
-                        metrics: parts.metrics.clone(),
-                        wake_all: Arc::new(move || wake_all_wakers.wake_all()),
-                    }),
-                    polling: dlq_config.transfer_from.polling,
-                    wake: None,
-                });
-                if let Some(clean_up) = dlq_config.clean_up {
-                    specs.push(clean_up_spec(
-                        JOB_CLEANUP_DLQ,
-                        "oncebox.outbox.dlq.clean-up",
-                        CleanUpTarget::ResolvedDlq(dlq),
-                        clean_up,
-                    )?);
-                }
-            }
+        if let Some(outbox_config) = &parts.config.outbox {
+            specs.extend(assembly.outbox_tasks(outbox_config)?);
         }
-        if let Some(inbox_config) = &config.inbox
-            && let Some(clean_up) = inbox_config.clean_up
-        {
-            let inbox = parts
-                .inbox
-                .clone()
-                .ok_or_else(|| missing("oncebox.inbox is configured but no inbox DAO was given"))?;
-            specs.push(clean_up_spec(
+        if let Some(clean_up) = parts.config.inbox.as_ref().and_then(|inbox| inbox.clean_up) {
+            let inbox =
+                assembly.part(&parts.inbox, "oncebox.inbox is configured but no inbox DAO was given")?;
+            specs.push(assembly.clean_up(
                 JOB_CLEANUP_CONSUMED,
                 "oncebox.inbox.clean-up",
                 CleanUpTarget::Consumed(inbox),
@@ -438,6 +322,147 @@ impl Engine {
             )?);
         }
         Ok(specs)
+    }
+}
+
+/// What the tasks of one engine are made from; each step builds the tasks of one area and names
+/// the part it misses.
+struct Assembly<'a> {
+    parts: &'a EngineParts,
+    wakers: &'a Wakers,
+    stats: &'a Arc<EngineStats>,
+    stop_claiming: &'a CancellationToken,
+}
+
+impl Assembly<'_> {
+    /// `part`, or a start error saying which configured feature needs it.
+    fn part<T: ?Sized>(&self, part: &Option<Arc<T>>, missing: &str) -> Result<Arc<T>> {
+        part.clone().ok_or_else(|| Error::new(ErrorKind::Lifecycle, format!("cannot start: {missing}")))
+    }
+
+    /// One poller per event type, stuck recovery, the processed clean-up and the DLQ's tasks.
+    fn outbox_tasks(&self, config: &OutboxConfig) -> Result<Vec<TaskSpec>> {
+        let outbox =
+            self.part(&self.parts.outbox, "oncebox.outbox is configured but no outbox DAO was given")?;
+        let sender = self.part(&self.parts.sender, "oncebox.outbox is configured but no sender was given")?;
+        sender.adopt_emergency_timeout(config.emergency_timeout)?;
+        let claim_ahead = tasks::claim_ahead_is_safe(
+            config.emergency_timeout,
+            config.stuck_recovery.max_batch_processing_time,
+        );
+        if !claim_ahead {
+            info!(
+                "claiming ahead is off: stuck-recovery.max-batch-processing-time is not longer than twice \
+                 sender.emergency-timeout; each batch is claimed after the previous one was sent"
+            );
+        }
+        let mut specs: Vec<TaskSpec> = config
+            .events
+            .iter()
+            .map(|(event_type, event_config)| TaskSpec {
+                body: Arc::new(EventPoller {
+                    event_type: event_type.clone(),
+                    config: event_config.clone(),
+                    emergency_timeout: config.emergency_timeout,
+                    outbox: outbox.clone(),
+                    sender: sender.clone(),
+                    metrics: self.parts.metrics.clone(),
+                    stats: self.stats.clone(),
+                    claim_ahead,
+                    last_send_delivered: AtomicBool::new(true),
+                    stop_claiming: self.stop_claiming.clone(),
+                }),
+                polling: event_config.polling,
+                wake: self.wakers.get(event_type),
+            })
+            .collect();
+        let stuck = config.stuck_recovery;
+        specs.push(TaskSpec {
+            body: Arc::new(StuckRecovery {
+                outbox: outbox.clone(),
+                older_than: stuck.max_batch_processing_time,
+                max_recoveries: stuck.max_recoveries,
+                batch_size: stuck.batch_size,
+                metrics: self.parts.metrics.clone(),
+                stats: self.stats.clone(),
+            }),
+            polling: stuck.polling,
+            wake: None,
+        });
+        if let Some(clean_up) = config.clean_up {
+            specs.push(self.clean_up(
+                JOB_CLEANUP_PROCESSED,
+                "oncebox.outbox.clean-up",
+                CleanUpTarget::Processed(outbox),
+                clean_up,
+            )?);
+        }
+        if let Some(dlq_config) = &config.dlq {
+            specs.extend(self.dlq_tasks(dlq_config)?);
+        }
+        Ok(specs)
+    }
+
+    /// The transfers to and from the DLQ, and its clean-up.
+    fn dlq_tasks(&self, config: &DlqConfig) -> Result<Vec<TaskSpec>> {
+        let dlq = self.part(&self.parts.dlq, "oncebox.outbox.dlq is enabled but no DLQ DAO was given")?;
+        let wakers = self.wakers.clone();
+        let mut specs = vec![
+            TaskSpec {
+                body: Arc::new(TransferToDlq {
+                    dlq: dlq.clone(),
+                    batch_size: config.transfer_to.batch_size,
+                    handler: self.parts.dlq_handler.clone(),
+                    metrics: self.parts.metrics.clone(),
+                    stats: self.stats.clone(),
+                }),
+                polling: config.transfer_to.polling,
+                wake: None,
+            },
+            TaskSpec {
+                body: Arc::new(TransferFromDlq {
+                    dlq: dlq.clone(),
+                    batch_size: config.transfer_from.batch_size,
+                    metrics: self.parts.metrics.clone(),
+                    wake_all: Arc::new(move || wakers.wake_all()),
+                }),
+                polling: config.transfer_from.polling,
+                wake: None,
+            },
+        ];
+        if let Some(clean_up) = config.clean_up {
+            specs.push(self.clean_up(
+                JOB_CLEANUP_DLQ,
+                "oncebox.outbox.dlq.clean-up",
+                CleanUpTarget::ResolvedDlq(dlq),
+                clean_up,
+            )?);
+        }
+        Ok(specs)
+    }
+
+    /// A clean-up job under the job lock; `key` names the setting that asked for it.
+    fn clean_up(
+        &self,
+        job: &'static str,
+        key: &str,
+        target: CleanUpTarget,
+        config: CleanUpConfig,
+    ) -> Result<TaskSpec> {
+        let lock = self.part(&self.parts.job_lock, &format!("{key} needs a job lock"))?;
+        Ok(TaskSpec {
+            body: Arc::new(LockedCleanUp {
+                job,
+                target,
+                config,
+                lock,
+                owner: self.parts.worker_id,
+                lock_durations: self.parts.config.distributed_lock.durations_for(&config.polling),
+                metrics: self.parts.metrics.clone(),
+            }),
+            polling: config.polling,
+            wake: None,
+        })
     }
 }
 
