@@ -249,6 +249,7 @@ impl Transport for KafkaTransport {
 
     async fn republish(&self, messages: &[OutboundMessage]) -> Result<()> {
         let sender = KafkaSender::new(self.sender_config())?;
+        sender.adopt_emergency_timeout(EMERGENCY_TIMEOUT)?;
         all_acknowledged(sender.send(messages, Deadline::after(EMERGENCY_TIMEOUT)).await)?;
         sender.flush(EMERGENCY_TIMEOUT).await
     }

@@ -498,6 +498,10 @@ impl Sender for TimedSender {
         results
     }
 
+    fn adopt_emergency_timeout(&self, timeout: Duration) -> oncebox_core::Result<()> {
+        self.inner.adopt_emergency_timeout(timeout)
+    }
+
     async fn flush(&self, timeout: Duration) -> oncebox_core::Result<()> {
         self.inner.flush(timeout).await
     }

@@ -43,6 +43,11 @@ impl Deadline {
         self.at.saturating_duration_since(Instant::now())
     }
 
+    /// The same deadline `grace` later (saturating), keeping the configured timeout.
+    pub(crate) fn later_by(&self, grace: Duration) -> Self {
+        Self { at: self.at.checked_add(grace).unwrap_or(self.at), timeout: self.timeout }
+    }
+
     /// Runs `work` until it finishes (`Some`) or the deadline passes (`None`).
     pub async fn bound<F: Future>(&self, work: F) -> Option<F::Output> {
         tokio::time::timeout_at(self.at, work).await.ok()
@@ -56,13 +61,15 @@ pub trait Sender: Send + Sync {
     /// broker acknowledged the message (Kafka delivery report with acks=all, RabbitMQ confirm).
     /// Senders should pipeline the batch rather than wait for each message in turn, and return by
     /// `deadline` with the unanswered messages as temporary timeouts ([`unanswered_as_timeouts`]);
-    /// the engine stops waiting at the deadline too, and then counts the whole batch as unanswered.
+    /// the engine stops waiting a moment (one second) after the deadline, and then counts the
+    /// whole batch as unanswered.
     async fn send(&self, batch: &[OutboundMessage], deadline: Deadline) -> Vec<Result<(), SendError>>;
 
-    /// Called once when the engine starts, with `oncebox.outbox.sender.emergency-timeout`. A
-    /// sender whose client takes a delivery bound at creation (librdkafka's `message.timeout.ms`)
-    /// adopts it here, so a record is never retried by the client after its batch's deadline; an
-    /// error names the setting that conflicts with it and stops the start.
+    /// Called by [`Engine::start`](crate::Engine::start), once per start and after every other
+    /// part was checked, with `oncebox.outbox.sender.emergency-timeout`. A sender whose client
+    /// takes a delivery bound at creation (librdkafka's `message.timeout.ms`) adopts it here, so
+    /// the client gives a record up about when its batch is settled; an error names the setting
+    /// that conflicts with it and stops the start.
     fn adopt_emergency_timeout(&self, _timeout: Duration) -> Result<()> {
         Ok(())
     }

@@ -17,8 +17,10 @@
 //! # async fn run(batch: Vec<oncebox_core::OutboundMessage>) -> oncebox_core::Result<()> {
 //! let config = KafkaSenderConfig::new("127.0.0.1:9092").with_producer_property("linger.ms", "5");
 //! let sender = KafkaSender::new(config)?;
-//! // The engine passes `oncebox.outbox.sender.emergency-timeout` as each send's deadline.
-//! for result in sender.send(&batch, Deadline::after(Duration::from_secs(30))).await {
+//! // An engine does both with `oncebox.outbox.sender.emergency-timeout`: once at start, then per send.
+//! let timeout = Duration::from_secs(30);
+//! sender.adopt_emergency_timeout(timeout)?;
+//! for result in sender.send(&batch, Deadline::after(timeout)).await {
 //!     result?; // Ok only after the delivery report (acks=all)
 //! }
 //! sender.flush(Duration::from_secs(10)).await?;

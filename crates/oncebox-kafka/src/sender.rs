@@ -30,7 +30,8 @@ const QUEUE_FULL_PAUSE: Duration = Duration::from_millis(5);
 ///
 /// Each send stops at the deadline the engine hands it, and the producer's `message.timeout.ms`
 /// is the engine's emergency timeout (adopted at start; [`DEFAULT_EMERGENCY_TIMEOUT`] before), so
-/// librdkafka gives a record up no later than its batch is settled.
+/// librdkafka gives a record up one emergency timeout after it was queued: about when its batch
+/// is settled (later by as long as the record waited for room in a full queue).
 ///
 /// The sender holds one producer, shared by every poller. After librdkafka reports a fatal error
 /// (the idempotent producer can reach one) the producer is replaced by a new one for the next
@@ -40,12 +41,14 @@ pub struct KafkaSender {
     current: Mutex<Current>,
 }
 
-/// The producer in use, how many producers came before it, and the emergency timeout it was
-/// created with.
+/// The producer in use, how many producers came before it, how many of those were replaced after
+/// a fatal error, and the emergency timeout it was created with (whether an engine handed it over).
 struct Current {
     producer: Arc<FutureProducer>,
     generation: u64,
+    rebuilds: u64,
     emergency_timeout: Duration,
+    adopted: bool,
 }
 
 impl fmt::Debug for KafkaSender {
@@ -65,7 +68,8 @@ impl KafkaSender {
         }
         let emergency_timeout = DEFAULT_EMERGENCY_TIMEOUT;
         let producer = create_producer(&config, emergency_timeout)?;
-        Ok(Self { config, current: Mutex::new(Current { producer, generation: 0, emergency_timeout }) })
+        let current = Current { producer, generation: 0, rebuilds: 0, emergency_timeout, adopted: false };
+        Ok(Self { config, current: Mutex::new(current) })
     }
 
     /// The settings.
@@ -75,7 +79,7 @@ impl KafkaSender {
 
     /// How many times the producer was replaced after a fatal error.
     pub fn rebuilds(&self) -> u64 {
-        self.current.lock().unwrap_or_else(PoisonError::into_inner).generation
+        self.current().rebuilds
     }
 
     fn current(&self) -> std::sync::MutexGuard<'_, Current> {
@@ -92,9 +96,16 @@ impl KafkaSender {
         self.current().emergency_timeout
     }
 
-    /// Replaces the producer of `generation` (unless another batch already did).
+    /// Replaces the producer of `generation` (unless another batch, or an adopted timeout,
+    /// already did).
     fn rebuild(&self, generation: u64, reason: &str) {
-        let emergency_timeout = self.emergency_timeout();
+        let emergency_timeout = {
+            let current = self.current();
+            if current.generation != generation {
+                return;
+            }
+            current.emergency_timeout
+        };
         let fresh = match create_producer(&self.config, emergency_timeout) {
             Ok(fresh) => fresh,
             Err(error) => {
@@ -108,10 +119,19 @@ impl KafkaSender {
                 return;
             }
             current.generation += 1;
+            current.rebuilds += 1;
             std::mem::replace(&mut current.producer, fresh)
         };
         tracing::warn!(%reason, "the Kafka producer hit a fatal error; replaced it with a new one");
         retire(old);
+    }
+
+    /// Drops a batch's handle on `producer`, off the async threads when it was the last one (the
+    /// producer was replaced while the batch used it).
+    fn release(producer: Arc<FutureProducer>) {
+        if Arc::strong_count(&producer) == 1 {
+            retire(producer);
+        }
     }
 }
 
@@ -186,20 +206,39 @@ impl Sender for KafkaSender {
             );
             self.rebuild(generation, &reason);
         }
+        Self::release(producer);
         unanswered_as_timeouts(results, batch, &deadline, "acknowledged")
     }
 
     /// Checks `timeout` against librdkafka's range and the user's own delivery timeouts, and
-    /// re-creates the producer with it as `message.timeout.ms` when it differs.
+    /// re-creates the producer with it as `message.timeout.ms` when it differs. Once an engine
+    /// handed one over, a different one is refused: the producer would change under the first
+    /// engine's sends (give each engine its own sender).
     fn adopt_emergency_timeout(&self, timeout: Duration) -> Result<()> {
         self.config.check_emergency_timeout(timeout)?;
-        if self.emergency_timeout() == timeout {
+        let (adopted, current) = {
+            let current = self.current();
+            (current.adopted, current.emergency_timeout)
+        };
+        if current == timeout {
+            self.current().adopted = true;
             return Ok(());
+        }
+        if adopted {
+            return Err(Error::config(
+                "oncebox.outbox.sender.emergency-timeout",
+                format!(
+                    "{timeout:?} differs from the {current:?} this Kafka sender already took from another \
+                     engine; give each engine its own sender"
+                ),
+            ));
         }
         let fresh = create_producer(&self.config, timeout)?;
         let old = {
             let mut current = self.current();
+            current.generation += 1;
             current.emergency_timeout = timeout;
+            current.adopted = true;
             std::mem::replace(&mut current.producer, fresh)
         };
         retire(old);
@@ -361,6 +400,11 @@ mod tests {
             DEFAULT_EMERGENCY_TIMEOUT,
             "a refused timeout changes nothing"
         );
+        // A second engine with the same timeout may share the sender; another timeout may not.
+        sender.adopt_emergency_timeout(Duration::from_secs(7))?;
+        let text = sender.adopt_emergency_timeout(Duration::from_secs(9)).err().map(|e| e.to_string());
+        assert!(text.is_some_and(|text| text.contains("its own sender")));
+        assert_eq!((sender.emergency_timeout(), sender.rebuilds()), (Duration::from_secs(7), 0));
         Ok(())
     }
 

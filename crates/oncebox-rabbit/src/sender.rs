@@ -62,7 +62,18 @@ impl RabbitSender {
     /// Connects now (within the connect timeout) instead of on the first batch, so start-up can
     /// fail fast on a wrong URL or credentials.
     pub async fn connect(&self) -> Result<()> {
-        self.channel(Deadline::after(self.config.connect_timeout)).await.map(|_| ())
+        let deadline = Deadline::after(self.config.connect_timeout);
+        match deadline.bound(self.channel(deadline)).await {
+            Some(channel) => channel.map(|_| ()),
+            None => Err(Error::temporary(
+                ErrorKind::Timeout,
+                format!(
+                    "connecting to RabbitMQ at {} took longer than {:?}",
+                    redact_url(&self.config.url),
+                    deadline.timeout()
+                ),
+            )),
+        }
     }
 
     /// Closes the connection gracefully; the next batch connects again.
@@ -172,9 +183,15 @@ impl RabbitSender {
 
 /// Drops `channel` from `link` if it is still the current one.
 async fn discard(link: &Mutex<Link>, channel: &Channel) {
-    let mut link = link.lock().await;
-    if link.channel.as_ref().is_some_and(|current| current.id() == channel.id()) {
-        link.channel = None;
+    link.lock().await.forget(channel);
+}
+
+impl Link {
+    /// Drops `channel` if it is still the current one.
+    fn forget(&mut self, channel: &Channel) {
+        if self.channel.as_ref().is_some_and(|current| current.id() == channel.id()) {
+            self.channel = None;
+        }
     }
 }
 
@@ -253,11 +270,18 @@ impl Sender for RabbitSender {
                 "RabbitMQ batch hit the emergency timeout"
             );
             // Confirms that never came mean the channel cannot be trusted; the next batch opens a
-            // new one. In the background: the engine stops waiting at this same deadline, so the
-            // answers in hand must be returned now, not after waiting for the link.
+            // new one. In the background when another batch holds the link: the answers in hand
+            // must be returned now. Channel ids restart with each connection, so a late discard
+            // may drop a healthy channel of a new connection; that only costs the next batch a
+            // channel_open.
             if let Some(channel) = used {
-                let link = self.link.clone();
-                tokio::spawn(async move { discard(&link, &channel).await });
+                match self.link.try_lock() {
+                    Ok(mut link) => link.forget(&channel),
+                    Err(_) => {
+                        let link = self.link.clone();
+                        tokio::spawn(async move { discard(&link, &channel).await });
+                    }
+                }
             }
         }
         unanswered_as_timeouts(results, batch, &deadline, "confirmed")

@@ -354,20 +354,20 @@ impl Format {
 /// Reads the block `oncebox.<name>` of a configuration document as `T`: how a transport reads
 /// its own settings (`oncebox.kafka`, `oncebox.rabbitmq`) from the file the core reads, without a
 /// parser of its own. `Ok(None)` when the block is absent; an error names the key that is wrong
-/// (`oncebox.kafka.emergency-timeout`).
+/// (`oncebox.rabbitmq.connect-timeout`).
 ///
 /// ```
 /// use oncebox_core::config::{section, Format, HumanDuration};
 ///
 /// #[derive(serde::Deserialize)]
 /// #[serde(rename_all = "kebab-case")]
-/// struct Broker { url: String, emergency_timeout: Option<HumanDuration> }
+/// struct Broker { url: String, connect_timeout: Option<HumanDuration> }
 ///
-/// let text = "oncebox:\n  broker:\n    url: amqp://host\n    emergency-timeout: 30s\n";
+/// let text = "oncebox:\n  broker:\n    url: amqp://host\n    connect-timeout: 30s\n";
 /// let broker: Option<Broker> = section(text, Format::Yaml, "broker")?;
 /// assert_eq!(broker.map(|broker| broker.url).as_deref(), Some("amqp://host"));
-/// let wrong = section::<Broker>("oncebox:\n  broker:\n    url: x\n    emergency-timeout: 30\n", Format::Yaml, "broker");
-/// assert!(wrong.is_err_and(|error| error.to_string().contains("oncebox.broker.emergency-timeout")));
+/// let wrong = section::<Broker>("oncebox:\n  broker:\n    url: x\n    connect-timeout: 30\n", Format::Yaml, "broker");
+/// assert!(wrong.is_err_and(|error| error.to_string().contains("oncebox.broker.connect-timeout")));
 /// # Ok::<(), oncebox_core::Error>(())
 /// ```
 pub fn section<T: serde::de::DeserializeOwned>(text: &str, format: Format, name: &str) -> Result<Option<T>> {

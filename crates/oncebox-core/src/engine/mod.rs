@@ -321,6 +321,10 @@ impl Engine {
                 clean_up,
             )?);
         }
+        // Last, so a start that fails on a missing part changes nothing in the sender.
+        if let (Some(outbox_config), Some(sender)) = (&parts.config.outbox, &parts.sender) {
+            sender.adopt_emergency_timeout(outbox_config.emergency_timeout)?;
+        }
         Ok(specs)
     }
 }
@@ -345,7 +349,6 @@ impl Assembly<'_> {
         let outbox =
             self.part(&self.parts.outbox, "oncebox.outbox is configured but no outbox DAO was given")?;
         let sender = self.part(&self.parts.sender, "oncebox.outbox is configured but no sender was given")?;
-        sender.adopt_emergency_timeout(config.emergency_timeout)?;
         let claim_ahead = tasks::claim_ahead_is_safe(
             config.emergency_timeout,
             config.stuck_recovery.max_batch_processing_time,

@@ -65,16 +65,25 @@ const MAX_CLAIMS_PER_RUN: usize = 32;
 /// send before it (so the database stamps its rows no earlier), and it never waits for a settle,
 /// whose length has no bound (see [`EventPoller::run_once`]).
 pub(crate) fn claim_ahead_is_safe(emergency_timeout: Duration, max_batch_processing_time: Duration) -> bool {
-    emergency_timeout.checked_mul(2).is_some_and(|both| max_batch_processing_time > both)
+    emergency_timeout
+        .checked_add(SEND_OVERRUN_GRACE)
+        .and_then(|send| send.checked_mul(2))
+        .is_some_and(|both| max_batch_processing_time > both)
 }
+
+/// How long after a send's deadline the engine still waits for the sender's answers. A sender
+/// stops at the deadline itself; on a multi-threaded runtime the engine's timer can fire a moment
+/// before the sender's, and without this grace the answers the sender had would be thrown away
+/// (the acknowledged events sent again).
+pub(crate) const SEND_OVERRUN_GRACE: Duration = Duration::from_secs(1);
 
 impl EventPoller {
     async fn send_bounded(&self, messages: &[OutboundMessage]) -> Vec<Result<(), SendError>> {
         let deadline = Deadline::after(self.emergency_timeout);
-        // The engine's own bound, for a sender that ignores its deadline. A tokio timeout polls
-        // the work before its timer, so a sender that stops at the same deadline still returns
-        // the answers it has, and only a sender that overran loses them.
-        let Some(mut results) = deadline.bound(self.sender.send(messages, deadline)).await else {
+        // The engine's own bound, for a sender that ignores its deadline: only a sender that
+        // overran it by more than the grace loses the answers it had.
+        let bound = deadline.later_by(SEND_OVERRUN_GRACE);
+        let Some(mut results) = bound.bound(self.sender.send(messages, deadline)).await else {
             warn!(event_type = %self.event_type, timeout = ?self.emergency_timeout, "send exceeded the emergency timeout");
             return unanswered_as_timeouts(
                 messages.iter().map(|_| None).collect(),
