@@ -38,6 +38,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::error::{Error, ErrorKind, Result};
@@ -227,11 +228,12 @@ pub type Handler<M> = Arc<dyn Fn(Received<Vec<u8>, M>) -> HandlerFuture + Send +
 /// One handler per event type, each decoding the payload into its own type.
 pub struct Handlers<M> {
     by_type: HashMap<String, Handler<M>>,
+    consumer: Arc<str>,
 }
 
 impl<M> Default for Handlers<M> {
     fn default() -> Self {
-        Self { by_type: HashMap::new() }
+        Self { by_type: HashMap::new(), consumer: Arc::from("") }
     }
 }
 
@@ -241,12 +243,45 @@ impl<M> fmt::Debug for Handlers<M> {
     }
 }
 
-impl<M> Handlers<M> {
-    /// The handler of `event_type`.
+impl<M: Send + 'static> Handlers<M> {
+    /// The handler of `event_type`. Each run is a [`CONSUME`](crate::trace::CONSUME) span that
+    /// continues the trace in the event's headers and records the outcome.
     pub fn get(&self, event_type: &str) -> Option<Handler<M>> {
-        self.by_type.get(event_type).cloned()
+        let handler = self.by_type.get(event_type)?.clone();
+        let consumer = Arc::clone(&self.consumer);
+        Some(Arc::new(move |event: Received<Vec<u8>, M>| -> HandlerFuture {
+            let span = tracing::info_span!(
+                "oncebox.consume",
+                event_id = %event.id,
+                event_type = %event.event_type,
+                consumer = %consumer,
+                outcome = tracing::field::Empty
+            );
+            crate::trace::continue_trace(&span, &event.headers);
+            let running = handler(event).instrument(span.clone());
+            Box::pin(async move {
+                let result = running.await;
+                let outcome = match &result {
+                    Ok(consumed) if consumed.is_applied() => "applied",
+                    Ok(_) => "duplicate",
+                    Err(HandlerFailure::Failed(_)) => "failed",
+                    Err(HandlerFailure::Poison(_)) => "poison",
+                };
+                span.record("outcome", outcome);
+                result
+            })
+        }))
     }
 
+    /// The same handlers, their spans naming `consumer` (a Kafka group, a RabbitMQ queue).
+    #[must_use]
+    pub fn for_consumer(mut self, consumer: &str) -> Self {
+        self.consumer = Arc::from(consumer);
+        self
+    }
+}
+
+impl<M> Handlers<M> {
     /// Whether no type has a handler.
     pub fn is_empty(&self) -> bool {
         self.by_type.is_empty()
@@ -321,6 +356,9 @@ pub trait ListenerConfig: Sized {
     /// The configuration section errors name (`kafka.listener`).
     const SECTION: &'static str;
 
+    /// Who consumes, as spans name it: the Kafka consumer group, the RabbitMQ queue.
+    fn consumer(&self) -> &str;
+
     /// Checks every setting, naming the first that is wrong.
     fn validate(&self) -> Result<()>;
 
@@ -381,7 +419,8 @@ impl<C: ListenerConfig> ListenerBuilder<C> {
         if self.handlers.is_empty() {
             return Err(Error::config(C::SECTION, "no event type has a handler"));
         }
-        self.config.listener(self.handlers)
+        let handlers = self.handlers.for_consumer(self.config.consumer());
+        self.config.listener(handlers)
     }
 }
 

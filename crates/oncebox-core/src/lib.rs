@@ -32,6 +32,7 @@ pub mod retry;
 pub mod sender;
 pub mod serializer;
 pub mod tables;
+pub mod trace;
 
 /// Re-exported so implementations of the async traits need no extra dependency.
 pub use async_trait::async_trait;

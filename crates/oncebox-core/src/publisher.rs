@@ -97,12 +97,14 @@ impl<W, S> Publisher<W, S> {
         S: Serializer<T>,
     {
         let serialized = self.serializer.serialize(payload)?;
+        let mut headers = meta.headers;
+        crate::trace::capture_current(&mut headers);
         Ok(NewOutboxEvent {
             id: self.ids.generate(),
             event_type: event_type.to_owned(),
             payload: serialized.payload,
             payload_type: serialized.payload_type,
-            headers: meta.headers,
+            headers,
             partition_key: meta.partition_key,
         })
     }

@@ -82,6 +82,10 @@ impl ListenerConfig for KafkaListenerConfig {
     type Listener = KafkaListener;
     const SECTION: &'static str = "kafka.listener";
 
+    fn consumer(&self) -> &str {
+        &self.group_id
+    }
+
     fn validate(&self) -> Result<()> {
         KafkaListenerConfig::validate(self)
     }

@@ -117,6 +117,10 @@ impl ListenerConfig for RabbitListenerConfig {
     type Listener = RabbitListener;
     const SECTION: &'static str = "rabbit.listener";
 
+    fn consumer(&self) -> &str {
+        &self.queue
+    }
+
     fn validate(&self) -> Result<()> {
         RabbitListenerConfig::validate(self)
     }

@@ -55,7 +55,7 @@ use std::time::Duration;
 pub use oncebox_core::config::{self, EventSettings, Polling};
 pub use oncebox_core::engine::{Lifecycle, StatsSnapshot, Wakers};
 pub use oncebox_core::redact;
-pub use oncebox_core::{Config, consume, event, hooks};
+pub use oncebox_core::{Config, consume, event, hooks, trace};
 pub use oncebox_core::{
     ConsumeError, Consumed, ConsumedCache, Deadline, Dialect, DlqDao, DlqHandler, DlqStatus, EngineHandle,
     Error, ErrorKind, EventMeta, EventStatus, Headers, Inbox, InboxDao, JsonSerializer, NewOutboxEvent,

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Notify, Semaphore, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn};
+use tracing::{Instrument, error, info, warn};
 use uuid::Uuid;
 
 use tasks::{
@@ -511,7 +511,7 @@ async fn task_loop(spec: TaskSpec, context: LoopContext) {
         let Ok(_permit) = permit else { break };
         context.metrics.task_started(&name);
         let started = Instant::now();
-        let outcome = spec.body.run_once().await;
+        let outcome = spec.body.run_once().instrument(spec.body.span()).await;
         let elapsed = started.elapsed();
         let result = match outcome {
             Ok(RunOutcome::Ran(result)) => {

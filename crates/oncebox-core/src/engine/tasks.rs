@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::{Instrument, Span, debug, debug_span, field, info_span, warn};
 use uuid::Uuid;
 
 use super::EngineStats;
@@ -20,6 +20,7 @@ use crate::hooks::{DlqHandler, OutboxMetrics};
 use crate::polling::RunResult;
 use crate::retry::{RetryDecision, decide};
 use crate::sender::{Deadline, SendError, Sender, unanswered_as_timeouts};
+use crate::trace;
 
 /// How a task run went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +36,11 @@ pub(crate) enum RunOutcome {
 pub(crate) trait TaskBody: Send + Sync {
     /// Name used in logs and metrics (the event type, or the job's name).
     fn name(&self) -> &str;
+    /// The span of one run: a [`JOB`](crate::trace::JOB) span named after the task; its `rows`
+    /// field is recorded by [`full_if`].
+    fn span(&self) -> Span {
+        debug_span!("oncebox.job", job = %self.name(), rows = field::Empty)
+    }
     /// One run.
     async fn run_once(&self) -> Result<RunOutcome>;
 }
@@ -79,6 +85,23 @@ pub(crate) const SEND_OVERRUN_GRACE: Duration = Duration::from_secs(1);
 
 impl EventPoller {
     async fn send_bounded(&self, messages: &[OutboundMessage]) -> Vec<Result<(), SendError>> {
+        let span = info_span!(
+            "oncebox.send",
+            event_type = %self.event_type,
+            messages = messages.len(),
+            delivered = field::Empty,
+            failed = field::Empty
+        );
+        for message in messages {
+            trace::link_to(&span, &message.headers);
+        }
+        let results = self.send_within_deadline(messages).instrument(span.clone()).await;
+        let delivered = results.iter().filter(|result| result.is_ok()).count();
+        span.record("delivered", delivered).record("failed", results.len() - delivered);
+        results
+    }
+
+    async fn send_within_deadline(&self, messages: &[OutboundMessage]) -> Vec<Result<(), SendError>> {
         let deadline = Deadline::after(self.emergency_timeout);
         // The engine's own bound, for a sender that ignores its deadline: only a sender that
         // overran it by more than the grace loses the answers it had.
@@ -142,6 +165,22 @@ impl EventPoller {
     }
 
     async fn settle_with_retries(&self, batch: &ClaimedBatch, settlements: &[Settlement]) -> Result<()> {
+        let span = info_span!(
+            "oncebox.settle",
+            event_type = %self.event_type,
+            delivered = field::Empty,
+            retried = field::Empty,
+            failed = field::Empty,
+            refused = field::Empty
+        );
+        let count = |kind: fn(&Settlement) -> bool| settlements.iter().filter(|s| kind(s)).count();
+        span.record("delivered", count(|s| matches!(s, Settlement::Processed { .. })))
+            .record("retried", count(|s| matches!(s, Settlement::Retry { .. })))
+            .record("failed", count(|s| matches!(s, Settlement::Failed { .. })));
+        self.settle_in_span(batch, settlements).instrument(span).await
+    }
+
+    async fn settle_in_span(&self, batch: &ClaimedBatch, settlements: &[Settlement]) -> Result<()> {
         // A settle lost to a database blip would leave the batch IN_PROCESS until stuck recovery
         // re-sends it; a few quick retries avoid most of those duplicates.
         let mut delay = Duration::from_millis(50);
@@ -149,6 +188,7 @@ impl EventPoller {
         loop {
             match self.outbox.settle(batch, settlements).await {
                 Ok(report) => {
+                    Span::current().record("refused", report.refused);
                     if report.refused > 0 {
                         warn!(
                             event_type = %self.event_type,
@@ -236,6 +276,11 @@ impl TaskBody for EventPoller {
         &self.event_type
     }
 
+    /// A [`POLL`](crate::trace::POLL) span; `claimed` counts the rows of every batch of the run.
+    fn span(&self) -> Span {
+        debug_span!("oncebox.poll", event_type = %self.event_type, claimed = field::Empty)
+    }
+
     /// Drains while batches come back full, as a three-stage pipeline: batch n is sent while
     /// batch n+1 is claimed and batch n-1 is settled. Sends never overlap, so the broker sees
     /// events in claim order, as with a sequential drain. Every claimed batch is sent and settled
@@ -248,6 +293,8 @@ impl TaskBody for EventPoller {
     /// beside the next send, and no further batch is claimed ahead until it has finished.
     async fn run_once(&self) -> Result<RunOutcome> {
         let first = self.claim().await?;
+        let mut claimed = first.len();
+        Span::current().record("claimed", claimed);
         if first.is_empty() {
             return Ok(RunOutcome::Ran(RunResult::Short));
         }
@@ -281,6 +328,7 @@ impl TaskBody for EventPoller {
             match next {
                 Some(Ok(next)) if !next.is_empty() => {
                     claims += 1;
+                    claimed += next.len();
                     current = Some(next);
                 }
                 Some(Err(error)) => {
@@ -309,6 +357,7 @@ impl TaskBody for EventPoller {
             sent = Some(SentBatch { batch, settlements, counts });
         }
         let settled = self.settle_after(overdue.take(), sent).await;
+        Span::current().record("claimed", claimed);
         if let Some(error) = first_error {
             return Err(error);
         }
@@ -318,6 +367,7 @@ impl TaskBody for EventPoller {
 }
 
 fn full_if(count: u64, batch_size: u32) -> RunOutcome {
+    Span::current().record("rows", count);
     RunOutcome::Ran(if count >= u64::from(batch_size) { RunResult::Full } else { RunResult::Short })
 }
 
