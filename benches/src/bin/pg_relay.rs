@@ -84,10 +84,23 @@ struct Args {
     /// Print `EXPLAIN (ANALYZE, BUFFERS)` of the raw and the engine claim on a fresh backlog.
     #[arg(long)]
     explain: bool,
+    /// Run under a `tracing` subscriber at this level (`info`, `debug`), formatting every span
+    /// and event into a sink, to measure what the spans cost; without it nothing subscribes.
+    #[arg(long)]
+    tracing: Option<String>,
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
     let args = Args::parse();
+    if let Some(level) = &args.tracing {
+        let filter = tracing_subscriber::EnvFilter::try_new(level)?;
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+            .with_writer(std::io::sink)
+            .try_init()
+            .map_err(|error| -> Box<dyn Error> { error })?;
+    }
     let url = server_url(URL_VARIABLE, URL_EXAMPLE).map_err(|error| -> Box<dyn Error> { error })?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(run(args, url)).map_err(|error| -> Box<dyn Error> { error })

@@ -43,6 +43,9 @@ pub trait OutboxMetrics: Send + Sync {
     fn polling_delay(&self, _task: &str, _delay: Duration) {}
     /// Settled a batch of `event_type`.
     fn events_settled(&self, _event_type: &str, _delivered: u64, _retried: u64, _failed: u64) {}
+    /// How long each event of `event_type` delivered in a batch waited between its commit (the
+    /// database's `created_at`) and the broker's acknowledgement, measured when the batch settled.
+    fn delivery_delays(&self, _event_type: &str, _delays: &[Duration]) {}
     /// Settles refused because the rows no longer held the batch's claim token.
     fn settles_refused(&self, _event_type: &str, _count: u64) {}
     /// A background job moved, recovered or deleted `count` rows (`job` is its task name).

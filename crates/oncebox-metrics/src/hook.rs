@@ -62,6 +62,16 @@ impl OutboxMetrics for Metrics {
         }
     }
 
+    fn delivery_delays(&self, event_type: &str, delays: &[Duration]) {
+        if delays.is_empty() {
+            return;
+        }
+        let histogram = histogram!(names::DELIVERY_DELAY, "event_type" => event_type.to_owned());
+        for delay in delays {
+            histogram.record(delay.as_secs_f64());
+        }
+    }
+
     fn settles_refused(&self, event_type: &str, count: u64) {
         counter!(names::SETTLES_REFUSED, "event_type" => event_type.to_owned()).increment(count);
     }

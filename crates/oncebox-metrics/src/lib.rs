@@ -50,6 +50,9 @@ pub mod names {
     pub const POLLING_DELAY: &str = "oncebox_polling_delay_seconds";
     /// Counter of settled events, by `event_type` and `outcome` (`delivered`, `retried`, `failed`).
     pub const EVENTS_SETTLED: &str = "oncebox_events_settled_total";
+    /// Histogram of the time from an event's commit to the broker's acknowledgement, in seconds,
+    /// by `event_type` (buckets from 1 ms to 10 min).
+    pub const DELIVERY_DELAY: &str = "oncebox_delivery_delay_seconds";
     /// Counter of settles refused by fencing, by `event_type`.
     pub const SETTLES_REFUSED: &str = "oncebox_settles_refused_total";
     /// Counter of rows the background jobs moved, recovered or deleted, by `job`.

@@ -86,6 +86,16 @@ async fn the_engine_and_the_inbox_report_into_prometheus() -> TestResult {
         "{rendered}"
     );
     assert_eq!(value(&rendered, names::TASKS_RUNNING, r#"task="order-created""#), Some(0.0), "{rendered}");
+    // Every delivered event has its commit-to-acknowledgement delay, with buckets up to ten minutes.
+    assert_eq!(
+        value(&rendered, &format!("{}_count", names::DELIVERY_DELAY), r#"event_type="order-created""#),
+        Some(25.0),
+        "{rendered}"
+    );
+    for le in ["0.001", "600"] {
+        let bucket = format!(r#"{}_bucket{{event_type="order-created",le="{le}"}}"#, names::DELIVERY_DELAY);
+        assert!(rendered.contains(&bucket), "no bucket le={le}:\n{rendered}");
+    }
     assert_eq!(
         value(&rendered, names::OUTBOX_ROWS, r#"event_type="order-created",status="processed""#),
         Some(25.0),

@@ -213,6 +213,19 @@ impl EventPoller {
     }
 }
 
+/// For each delivered event of `batch`, the time from its commit (`created_at`, the database's
+/// clock) to now; a clock behind the database's gives zero, never a negative delay.
+fn delivery_delays(batch: &ClaimedBatch, settlements: &[Settlement]) -> Vec<Duration> {
+    let now = chrono::Utc::now();
+    batch
+        .events
+        .iter()
+        .zip(settlements)
+        .filter(|(_, settlement)| matches!(settlement, Settlement::Processed { .. }))
+        .map(|(event, _)| (now - event.created_at).to_std().unwrap_or_default())
+        .collect()
+}
+
 /// Settles still running, in the order their batches were sent.
 type Settling<'a> = Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>>;
 
@@ -239,6 +252,7 @@ impl EventPoller {
             return Ok(());
         };
         self.settle_with_retries(&batch, &settlements).await?;
+        self.metrics.delivery_delays(&self.event_type, &delivery_delays(&batch, &settlements));
         self.stats.delivered.fetch_add(delivered, Ordering::Relaxed);
         self.stats.retried.fetch_add(retried, Ordering::Relaxed);
         self.stats.failed.fetch_add(failed, Ordering::Relaxed);
