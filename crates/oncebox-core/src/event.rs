@@ -282,6 +282,9 @@ pub struct SettleReport {
 pub struct OutboxCounts {
     /// Counts per `(event_type, status)`.
     pub by_type_and_status: Vec<(String, EventStatus, u64)>,
+    /// Per event type with PENDING rows, how long the oldest of them has waited since its commit
+    /// (on the database's clock): the one number that says delivery is stuck.
+    pub oldest_pending: Vec<(String, std::time::Duration)>,
 }
 
 impl OutboxCounts {

@@ -23,6 +23,8 @@ pub struct RowCountGauges {
     every: Duration,
     /// Series set before, so a status that emptied is set to 0 instead of keeping its last count.
     seen: Mutex<HashSet<(&'static str, String, &'static str)>>,
+    /// Event types whose oldest-PENDING age was set before, for the same reason.
+    pending_types: Mutex<HashSet<String>>,
 }
 
 impl std::fmt::Debug for RowCountGauges {
@@ -69,7 +71,13 @@ impl RowCountGauges {
     /// refresh counts whole tables.
     pub fn new(every: Duration) -> Self {
         let every = every.max(MIN_GAUGE_REFRESH);
-        Self { outbox: None, dlq: None, every, seen: Mutex::new(HashSet::new()) }
+        Self {
+            outbox: None,
+            dlq: None,
+            every,
+            seen: Mutex::new(HashSet::new()),
+            pending_types: Mutex::new(HashSet::new()),
+        }
     }
 
     /// Gauges refreshed as `oncebox.outbox.metrics.gauge` says: every per-type-and-status TTL
@@ -101,9 +109,11 @@ impl RowCountGauges {
     /// value and is returned.
     pub async fn refresh(&self) -> Result<()> {
         let mut current: Vec<Series> = Vec::new();
+        let mut oldest_pending = Vec::new();
         if let Some(outbox) = &self.outbox {
-            let counts = outbox.counts().await?.by_type_and_status;
-            current.extend(series(names::OUTBOX_ROWS, counts, |status| status.as_str()));
+            let counts = outbox.counts().await?;
+            oldest_pending = counts.oldest_pending;
+            current.extend(series(names::OUTBOX_ROWS, counts.by_type_and_status, |status| status.as_str()));
         }
         if let Some(dlq) = &self.dlq {
             let counts = dlq.counts().await?.by_type_and_status;
@@ -119,7 +129,23 @@ impl RowCountGauges {
             gauge!(name, "event_type" => event_type, "status" => status).set(count as f64);
         }
         seen.extend(now);
+        drop(seen);
+        self.set_oldest_pending(oldest_pending);
         Ok(())
+    }
+
+    /// Sets the age of the oldest PENDING event per type; a type whose PENDING rows are all gone
+    /// drops to 0 rather than keeping its last age.
+    fn set_oldest_pending(&self, ages: Vec<(String, Duration)>) {
+        let mut seen = self.pending_types.lock().unwrap_or_else(PoisonError::into_inner);
+        let now: HashSet<String> = ages.iter().map(|(event_type, _)| event_type.clone()).collect();
+        for event_type in seen.difference(&now) {
+            gauge!(names::OLDEST_PENDING_AGE, "event_type" => event_type.clone()).set(0.0);
+        }
+        for (event_type, age) in ages {
+            gauge!(names::OLDEST_PENDING_AGE, "event_type" => event_type).set(age.as_secs_f64());
+        }
+        seen.extend(now);
     }
 
     /// Refreshes now and then every interval on the current tokio runtime, until the returned

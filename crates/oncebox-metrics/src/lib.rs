@@ -68,6 +68,9 @@ pub mod names {
     /// Gauge of DLQ rows, by `event_type` and `status` (`moved`, `in_process`, `resolved`,
     /// `to_retry`).
     pub const DLQ_ROWS: &str = "oncebox_dlq_events";
+    /// Gauge of how long the oldest PENDING event of each `event_type` has waited since its commit,
+    /// in seconds (0 when the type has none): the one number that says delivery is stuck.
+    pub const OLDEST_PENDING_AGE: &str = "oncebox_oldest_pending_age_seconds";
     /// Counter of failed gauge refreshes (a count query failed; the gauges keep their last value).
     pub const GAUGE_REFRESH_ERRORS: &str = "oncebox_gauge_refresh_errors_total";
 }

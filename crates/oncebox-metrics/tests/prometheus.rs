@@ -35,6 +35,12 @@ async fn the_engine_and_the_inbox_report_into_prometheus() -> TestResult {
     }
     tx.commit().await?;
 
+    // Before the relay runs, the 25 events wait: the oldest-pending gauge says how long.
+    let gauges = RowCountGauges::new(Duration::from_secs(60)).with_outbox(dialect.outbox_dao());
+    gauges.refresh().await?;
+    let waiting = value(&handle.render(), names::OLDEST_PENDING_AGE, r#"event_type="order-created""#);
+    assert!(waiting.is_some_and(|age| (0.0..600.0).contains(&age)), "{waiting:?}");
+
     let broker = MemoryBroker::new();
     // The first message sent fails and is retried, counted as such.
     broker.fail_next(1);
@@ -67,7 +73,6 @@ async fn the_engine_and_the_inbox_report_into_prometheus() -> TestResult {
     let again = inbox.consume_once(id, async || Ok::<_, Error>(())).await;
     assert!(matches!(first, Ok(Consumed::Applied(()))) && matches!(again, Ok(Consumed::Duplicate)));
 
-    let gauges = RowCountGauges::new(Duration::from_secs(60)).with_outbox(dialect.outbox_dao());
     gauges.refresh().await?;
 
     let rendered = handle.render();
@@ -104,6 +109,8 @@ async fn the_engine_and_the_inbox_report_into_prometheus() -> TestResult {
     assert_eq!(value(&rendered, names::INBOX_EVENTS, r#"consumer="billing",outcome="consumed""#), Some(1.0));
     assert_eq!(value(&rendered, names::INBOX_EVENTS, r#"consumer="billing",outcome="duplicate""#), Some(1.0));
     assert!(!rendered.contains(&id.to_string()), "an event id became a label");
+    let drained = value(&rendered, names::OLDEST_PENDING_AGE, r#"event_type="order-created""#);
+    assert_eq!(drained, Some(0.0), "a type with nothing pending drops to 0:\n{rendered}");
 
     // Once the rows are gone, their gauge drops to 0 instead of keeping the last count.
     sqlx::query("DELETE FROM outbox_events").execute(dialect.pool()).await?;

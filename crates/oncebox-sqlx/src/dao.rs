@@ -11,8 +11,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use oncebox_core::event::{DlqCounts, DlqFilter, DlqSelection, JobLease, OutboxCounts};
 use oncebox_core::{
-    ClaimedBatch, DlqDao, DlqEvent, DlqStatus, Error, InboxDao, JobLock, OutboxDao, OutboxEvent, Result,
-    SettleReport, Settlement,
+    ClaimedBatch, DlqDao, DlqEvent, DlqStatus, Error, EventStatus, InboxDao, JobLock, OutboxDao, OutboxEvent,
+    Result, SettleReport, Settlement,
 };
 use sqlx::query::Query;
 use sqlx::{ColumnIndex, Database, Decode, Executor, IntoArguments, Pool, Row, Type};
@@ -257,13 +257,15 @@ impl<Q: Queries> Store<Q> {
         Ok(affected)
     }
 
-    /// Reads `(event_type, status, rows)` groups with `statement`.
+    /// Reads `(event_type, status, rows, extra)` groups with `statement`; `extra` is the integer
+    /// column `extra` names, or 0.
     async fn status_groups(
         &self,
         statement: &Statement,
         status: &str,
+        extra: Option<&str>,
         context: &str,
-    ) -> Result<Vec<(String, String, i64)>> {
+    ) -> Result<Vec<(String, String, i64, i64)>> {
         let rows = self.fetch_all(statement, &[], context).await?;
         rows.iter()
             .map(|row| {
@@ -272,6 +274,7 @@ impl<Q: Queries> Store<Q> {
                         Q::Db::text(row, "event_type")?,
                         Q::Db::text(row, status)?,
                         Q::Db::int(row, "row_count")?,
+                        extra.map(|column| Q::Db::int(row, column)).transpose()?.unwrap_or_default(),
                     ))
                 };
                 read().map_err(|error| Q::error(context, error))
@@ -377,8 +380,29 @@ impl<Q: Queries> OutboxDao for SqlxOutboxDao<Q> {
 
     async fn counts(&self) -> Result<OutboxCounts> {
         let statements = self.0.statements();
-        let rows = self.0.status_groups(&statements.count_events, "status", "counting outbox events").await?;
-        Ok(OutboxCounts { by_type_and_status: status_counts(rows, statements.tables.events(), "status")? })
+        let groups = self
+            .0
+            .status_groups(
+                &statements.count_events,
+                "status",
+                Some("oldest_age_ms"),
+                "counting outbox events",
+            )
+            .await?;
+        let oldest_pending = groups
+            .iter()
+            .filter(|(_, status, _, _)| status == EventStatus::Pending.as_str())
+            // A row committed a moment "after" the database's now() (a clock step) is 0 ms old.
+            .map(|(event_type, _, _, age_ms)| {
+                (event_type.clone(), Duration::from_millis(u64::try_from(*age_ms).unwrap_or_default()))
+            })
+            .collect();
+        let counts =
+            groups.into_iter().map(|(event_type, status, count, _)| (event_type, status, count)).collect();
+        Ok(OutboxCounts {
+            by_type_and_status: status_counts(counts, statements.tables.events(), "status")?,
+            oldest_pending,
+        })
     }
 }
 
@@ -497,8 +521,11 @@ impl<Q: Queries> DlqDao for SqlxDlqDao<Q> {
 
     async fn counts(&self) -> Result<DlqCounts> {
         let statements = self.0.statements();
-        let rows = self.0.status_groups(&statements.dlq_counts, "dlq_status", "counting DLQ events").await?;
-        Ok(DlqCounts { by_type_and_status: status_counts(rows, statements.tables.dlq(), "dlq_status")? })
+        let groups =
+            self.0.status_groups(&statements.dlq_counts, "dlq_status", None, "counting DLQ events").await?;
+        let counts =
+            groups.into_iter().map(|(event_type, status, count, _)| (event_type, status, count)).collect();
+        Ok(DlqCounts { by_type_and_status: status_counts(counts, statements.tables.dlq(), "dlq_status")? })
     }
 }
 

@@ -434,6 +434,30 @@ dao_cases! {
         Ok(())
     }
 
+    async fn counts_give_the_age_of_the_oldest_pending_event_per_type(harness, dialect) {
+        let (_, batch) = published_and_claimed(harness, dialect, 2).await?;
+        let orders = new_events(ORDERS, 3);
+        publish(harness, dialect, &orders).await?;
+        publish(harness, dialect, &new_events(PAYMENTS, 1)).await?;
+        let hour = Duration::from_secs(3600);
+        // The oldest pending order waited two hours, the next one hour; the claimed batch is older
+        // still but IN_PROCESS, so it does not count.
+        harness.backdate(dialect, AgedTable::Events, &[orders[0].id], hour).await.map_err(fail)?;
+        harness.backdate(dialect, AgedTable::Events, &[orders[0].id, orders[1].id], hour).await.map_err(fail)?;
+        harness.backdate(dialect, AgedTable::Events, &claimed_ids(&batch), hour * 3).await.map_err(fail)?;
+        let counts = dialect.outbox_dao().counts().await.map_err(fail)?;
+        let mut ages = counts.oldest_pending.clone();
+        ages.sort();
+        assert_eq!(ages.len(), 2, "{ages:?}");
+        let (order_type, order_age) = &ages[0];
+        assert_eq!(order_type, ORDERS);
+        assert!(*order_age >= hour * 2 && *order_age < hour * 2 + Duration::from_secs(600), "{order_age:?}");
+        let (payment_type, payment_age) = &ages[1];
+        assert_eq!(payment_type, PAYMENTS);
+        assert!(*payment_age < Duration::from_secs(600), "a new event is young: {payment_age:?}");
+        Ok(())
+    }
+
     // Payloads.
 
     async fn payload_texts_round_trip(harness, dialect) {
