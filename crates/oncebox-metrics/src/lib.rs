@@ -36,7 +36,7 @@ pub use gauges::{GaugeRefresh, RowCountGauges};
 pub use hook::Metrics;
 #[cfg(feature = "prometheus")]
 #[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
-pub use prometheus::{DURATION_BUCKETS, prometheus_builder};
+pub use prometheus::{DELIVERY_DELAY_BUCKETS, DURATION_BUCKETS, prometheus_builder};
 
 /// The metric names oncebox records.
 pub mod names {
@@ -73,4 +73,22 @@ pub mod names {
     pub const OLDEST_PENDING_AGE: &str = "oncebox_oldest_pending_age_seconds";
     /// Counter of failed gauge refreshes (a count query failed; the gauges keep their last value).
     pub const GAUGE_REFRESH_ERRORS: &str = "oncebox_gauge_refresh_errors_total";
+
+    /// Every name above, for checks that a dashboard or an alert only uses names oncebox records.
+    pub const ALL: &[&str] = &[
+        TASK_RUNS,
+        TASK_DURATION,
+        TASKS_RUNNING,
+        POLLING_DELAY,
+        EVENTS_SETTLED,
+        DELIVERY_DELAY,
+        SETTLES_REFUSED,
+        JOB_ROWS,
+        INBOX_EVENTS,
+        CACHE_LOOKUPS,
+        OUTBOX_ROWS,
+        DLQ_ROWS,
+        OLDEST_PENDING_AGE,
+        GAUGE_REFRESH_ERRORS,
+    ];
 }
