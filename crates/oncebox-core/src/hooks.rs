@@ -33,6 +33,32 @@ pub enum InboxOutcome {
     Cleaned,
 }
 
+/// A change an operator made to DLQ rows by hand (through the DLQ API), by the status it set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DlqManualAction {
+    /// Rows deleted.
+    Deleted,
+    /// Rows sent back to the outbox (`TO_RETRY`).
+    ToRetry,
+    /// Rows marked handled (`RESOLVED`).
+    Resolved,
+    /// Rows set back to `MOVED`.
+    Moved,
+}
+
+impl DlqManualAction {
+    /// The metric label: `deleted`, `to_retry`, `resolved`, `moved`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DlqManualAction::Deleted => "deleted",
+            DlqManualAction::ToRetry => "to_retry",
+            DlqManualAction::Resolved => "resolved",
+            DlqManualAction::Moved => "moved",
+        }
+    }
+}
+
 /// Recording hooks; every method has an empty default body.
 pub trait OutboxMetrics: Send + Sync {
     /// A task run (a poll of an event type or a background job) starts.
@@ -54,6 +80,8 @@ pub trait OutboxMetrics: Send + Sync {
     fn inbox(&self, _consumer: &str, _outcome: InboxOutcome, _count: u64) {}
     /// A consumed-id cache lookup.
     fn cache_lookup(&self, _hit: bool) {}
+    /// An operator changed `count` DLQ rows by hand.
+    fn dlq_manual(&self, _action: DlqManualAction, _count: u64) {}
 }
 
 /// The default metrics hook: records nothing.

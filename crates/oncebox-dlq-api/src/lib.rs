@@ -19,7 +19,9 @@
 //! neither of `ids` and `event_type`) is a 400 whose `error` says what was wrong; a database
 //! outage is a 503, so a client can retry.
 //!
-//! The router has no authentication of its own: mount it behind your service's.
+//! The router has no authentication of its own: mount it behind your service's. With
+//! [`router_with_metrics`], every change counts in `oncebox_dlq_manual_actions_total{action}` and
+//! is logged at INFO with what it selected.
 //!
 //! ```no_run
 //! # async fn example(dialect: oncebox_sqlite::SqliteDialect) -> Result<(), Box<dyn std::error::Error>> {
@@ -35,13 +37,14 @@
 use std::sync::Arc;
 
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRef, Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use oncebox_core::event::{DlqEvent, DlqFilter, DlqSelection, DlqStatus};
-use oncebox_core::{DlqDao, Error, ErrorKind};
+use oncebox_core::hooks::DlqManualAction;
+use oncebox_core::{DlqDao, Error, ErrorKind, NoMetrics, OutboxMetrics};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -54,13 +57,48 @@ pub const MAX_IDS: usize = 1_000;
 
 /// The API's routes over `dlq`, relative to where they are nested.
 pub fn router(dlq: Arc<dyn DlqDao>) -> Router {
+    router_with_metrics(dlq, Arc::new(NoMetrics))
+}
+
+/// The API's routes over `dlq`, recording each manual change (deletes, status changes) in
+/// `metrics`.
+pub fn router_with_metrics(dlq: Arc<dyn DlqDao>, metrics: Arc<dyn OutboxMetrics>) -> Router {
     Router::new()
         .route("/events", get(list))
         .route("/events/{id}", get(get_one).delete(delete_one))
         .route("/events/status", post(set_status))
         .route("/events/delete", post(delete_selected))
         .route("/counts", get(counts))
-        .with_state(dlq)
+        .with_state(Api { dlq, metrics })
+}
+
+/// The router's state: the DLQ, and where manual changes are counted.
+#[derive(Clone)]
+struct Api {
+    dlq: Arc<dyn DlqDao>,
+    metrics: Arc<dyn OutboxMetrics>,
+}
+
+impl FromRef<Api> for Arc<dyn DlqDao> {
+    fn from_ref(api: &Api) -> Self {
+        api.dlq.clone()
+    }
+}
+
+impl Api {
+    /// Counts and logs a manual change of `count` rows.
+    fn record(&self, action: DlqManualAction, selection: &DlqSelection, count: u64) {
+        self.metrics.dlq_manual(action, count);
+        tracing::info!(action = action.as_str(), rows = count, selection = %describe(selection), "manual DLQ change");
+    }
+}
+
+/// `3 ids` or `event type order-created`, for the log line of a manual change.
+fn describe(selection: &DlqSelection) -> String {
+    match selection {
+        DlqSelection::Ids(ids) => format!("{} ids", ids.len()),
+        DlqSelection::EventType(event_type) => format!("event type {event_type}"),
+    }
 }
 
 /// An error answer: a status code and `{"error": "..."}`.
@@ -164,12 +202,10 @@ struct Deleted {
     deleted: u64,
 }
 
-async fn delete_one(
-    State(dlq): State<Arc<dyn DlqDao>>,
-    id: Result<Path<String>, PathRejection>,
-) -> ApiResult<Deleted> {
-    let id = event_id(id)?;
-    let deleted = dlq.delete(&DlqSelection::Ids(vec![id])).await?;
+async fn delete_one(State(api): State<Api>, id: Result<Path<String>, PathRejection>) -> ApiResult<Deleted> {
+    let selection = DlqSelection::Ids(vec![event_id(id)?]);
+    let deleted = api.dlq.delete(&selection).await?;
+    api.record(DlqManualAction::Deleted, &selection, deleted);
     Ok(Json(Deleted { deleted }))
 }
 
@@ -216,27 +252,34 @@ fn body<T>(body: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
 }
 
 async fn set_status(
-    State(dlq): State<Arc<dyn DlqDao>>,
+    State(api): State<Api>,
     request: Result<Json<StatusBody>, JsonRejection>,
 ) -> ApiResult<Updated> {
     let StatusBody { ids, event_type, status } = body(request)?;
     let status = parse_status(&status)?;
-    if status == DlqStatus::InProcess {
-        return Err(ApiError::bad_request(
-            "status IN_PROCESS cannot be set: it exists only inside the transfer job's transaction",
-        ));
-    }
+    let action = match status {
+        DlqStatus::InProcess => {
+            return Err(ApiError::bad_request(
+                "status IN_PROCESS cannot be set: it exists only inside the transfer job's transaction",
+            ));
+        }
+        DlqStatus::ToRetry => DlqManualAction::ToRetry,
+        DlqStatus::Resolved => DlqManualAction::Resolved,
+        DlqStatus::Moved => DlqManualAction::Moved,
+    };
     let selection = SelectionBody { ids, event_type }.selection()?;
-    let updated = dlq.set_status(&selection, status).await?;
+    let updated = api.dlq.set_status(&selection, status).await?;
+    api.record(action, &selection, updated);
     Ok(Json(Updated { updated }))
 }
 
 async fn delete_selected(
-    State(dlq): State<Arc<dyn DlqDao>>,
+    State(api): State<Api>,
     request: Result<Json<SelectionBody>, JsonRejection>,
 ) -> ApiResult<Deleted> {
     let selection = body(request)?.selection()?;
-    let deleted = dlq.delete(&selection).await?;
+    let deleted = api.dlq.delete(&selection).await?;
+    api.record(DlqManualAction::Deleted, &selection, deleted);
     Ok(Json(Deleted { deleted }))
 }
 

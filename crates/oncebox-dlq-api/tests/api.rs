@@ -186,3 +186,44 @@ async fn resolving_and_deleting_by_id_and_by_type() -> TestResult {
     assert_eq!(rest["events"][0]["event"]["id"], ids[1].to_string());
     Ok(())
 }
+
+/// Counts manual DLQ changes by action.
+#[derive(Default)]
+struct ManualChanges(std::sync::Mutex<Vec<(oncebox_core::hooks::DlqManualAction, u64)>>);
+
+impl oncebox_core::OutboxMetrics for ManualChanges {
+    fn dlq_manual(&self, action: oncebox_core::hooks::DlqManualAction, count: u64) {
+        if let Ok(mut changes) = self.0.lock() {
+            changes.push((action, count));
+        }
+    }
+}
+
+#[tokio::test]
+async fn every_manual_change_is_counted_by_action() -> TestResult {
+    use oncebox_core::hooks::DlqManualAction;
+    let (fixture, ids) = fixture(&[("order-created", 4), ("payment-failed", 2)]).await?;
+    let changes = std::sync::Arc::new(ManualChanges::default());
+    let app = oncebox_dlq_api::router_with_metrics(fixture.dialect.dlq_dao(), changes.clone());
+    let retry = json!({ "ids": [ids[0], ids[1]], "status": "TO_RETRY" });
+    assert_eq!(call(&app, Method::POST, "/events/status", Some(retry)).await?.0, StatusCode::OK);
+    let resolve = json!({ "event_type": "payment-failed", "status": "resolved" });
+    assert_eq!(call(&app, Method::POST, "/events/status", Some(resolve)).await?.0, StatusCode::OK);
+    assert_eq!(call(&app, Method::DELETE, &format!("/events/{}", ids[2]), None).await?.0, StatusCode::OK);
+    let delete = json!({ "ids": [ids[3]] });
+    assert_eq!(call(&app, Method::POST, "/events/delete", Some(delete)).await?.0, StatusCode::OK);
+    // A refused change counts nothing.
+    let refused = json!({ "ids": [ids[3]], "status": "IN_PROCESS" });
+    assert_eq!(call(&app, Method::POST, "/events/status", Some(refused)).await?.0, StatusCode::BAD_REQUEST);
+    let recorded = changes.0.lock().map(|changes| changes.clone()).unwrap_or_default();
+    assert_eq!(
+        recorded,
+        [
+            (DlqManualAction::ToRetry, 2),
+            (DlqManualAction::Resolved, 2),
+            (DlqManualAction::Deleted, 1),
+            (DlqManualAction::Deleted, 1),
+        ]
+    );
+    Ok(())
+}

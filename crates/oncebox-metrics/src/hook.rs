@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use metrics::{counter, gauge, histogram};
 use oncebox_core::OutboxMetrics;
-use oncebox_core::hooks::{InboxOutcome, TaskOutcome};
+use oncebox_core::hooks::{DlqManualAction, InboxOutcome, TaskOutcome};
 
 use crate::names;
 
@@ -70,6 +70,10 @@ impl OutboxMetrics for Metrics {
         for delay in delays {
             histogram.record(delay.as_secs_f64());
         }
+    }
+
+    fn dlq_manual(&self, action: DlqManualAction, count: u64) {
+        counter!(names::DLQ_MANUAL, "action" => action.as_str()).increment(count);
     }
 
     fn settles_refused(&self, event_type: &str, count: u64) {

@@ -60,6 +60,9 @@ pub mod names {
     /// Counter of inbox events, by `consumer` and `outcome` (`consumed`, `duplicate`, `failed`,
     /// `cleaned`).
     pub const INBOX_EVENTS: &str = "oncebox_inbox_events_total";
+    /// Counter of DLQ rows an operator changed through the DLQ API, by `action` (`deleted`,
+    /// `to_retry`, `resolved`, `moved`).
+    pub const DLQ_MANUAL: &str = "oncebox_dlq_manual_actions_total";
     /// Counter of consumed-id cache lookups, by `result` (`hit`, `miss`).
     pub const CACHE_LOOKUPS: &str = "oncebox_inbox_cache_lookups_total";
     /// Gauge of outbox rows, by `event_type` and `status` (`pending`, `in_process`, `processed`,
@@ -86,6 +89,7 @@ pub mod names {
         JOB_ROWS,
         INBOX_EVENTS,
         CACHE_LOOKUPS,
+        DLQ_MANUAL,
         OUTBOX_ROWS,
         DLQ_ROWS,
         OLDEST_PENDING_AGE,

@@ -456,6 +456,12 @@ impl<D: Dialect, S> Oncebox<D, S> {
         self.dialect.dlq_dao()
     }
 
+    /// The metrics hook the engine and the inboxes record into (a no-op when metrics are off), for
+    /// `dlq_api::router_with_metrics(oncebox.dlq(), oncebox.metrics())`.
+    pub fn metrics(&self) -> Arc<dyn OutboxMetrics> {
+        self.metrics.clone()
+    }
+
     /// The outbox DAO, for tools and gauges.
     pub fn outbox_dao(&self) -> Arc<dyn OutboxDao> {
         self.dialect.outbox_dao()
