@@ -151,6 +151,13 @@ async fn follow(
     assert_eq!(attribute(consume, "consumer").as_deref(), Some(names.consumer.as_str()));
     assert!(consumed.lock().is_ok_and(|ids| ids.contains(&id)), "the handler never saw {id}");
 
+    // The broker may hand the event to the consumer before the relay's send span closes.
+    let linked = |span: &SpanData| {
+        span.name == "oncebox.send" && span.links.iter().any(|link| link.span_context.trace_id() == trace_id)
+    };
+    eventually("the relay's send span is exported", WAIT, || async { Ok(finished()?.iter().any(linked)) })
+        .await?;
+    let spans = finished()?;
     let send = spans
         .iter()
         .filter(|span| span.name == "oncebox.send")

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, Span, debug, debug_span, field, info_span, warn};
+use tracing::{Instrument, Span, debug, debug_span, error, field, info_span, warn};
 use uuid::Uuid;
 
 use super::EngineStats;
@@ -137,7 +137,7 @@ impl EventPoller {
         results: Vec<Result<(), SendError>>,
     ) -> (Vec<Settlement>, [u64; 3]) {
         let mut counts = [0u64; 3];
-        let settlements = batch
+        let settlements: Vec<Settlement> = batch
             .events
             .iter()
             .zip(results)
@@ -155,12 +155,20 @@ impl EventPoller {
                         }
                         RetryDecision::GiveUp => {
                             counts[2] += 1;
+                            error!(
+                                event_id = %event.id,
+                                event_type = %self.event_type,
+                                attempts,
+                                %error,
+                                "event not delivered after its last attempt: FAILED (the DLQ takes it when enabled)"
+                            );
                             Settlement::Failed { id: event.id, error: error.to_string() }
                         }
                     }
                 }
             })
             .collect();
+        report_retries(&self.event_type, &settlements);
         (settlements, counts)
     }
 
@@ -211,6 +219,29 @@ impl EventPoller {
             }
         }
     }
+}
+
+/// One WARN line for the events of a batch that go back for a retry: how many, the first ids and
+/// the first error. A broker that is down fails whole batches, and one line per event would bury
+/// the log; each event's own error is in its `last_error` column.
+fn report_retries(event_type: &str, settlements: &[Settlement]) {
+    const SHOWN: usize = 5;
+    let retried: Vec<(&Uuid, &str)> = settlements
+        .iter()
+        .filter_map(|settlement| match settlement {
+            Settlement::Retry { id, error, .. } => Some((id, error.as_str())),
+            _ => None,
+        })
+        .collect();
+    let Some((_, first_error)) = retried.first() else { return };
+    let event_ids: Vec<String> = retried.iter().take(SHOWN).map(|(id, _)| id.to_string()).collect();
+    warn!(
+        event_type,
+        retried = retried.len(),
+        event_ids = %event_ids.join(","),
+        error = %first_error,
+        "events not delivered; they are retried after their backoff"
+    );
 }
 
 /// For each delivered event of `batch`, the time from its commit (`created_at`, the database's

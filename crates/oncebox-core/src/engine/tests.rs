@@ -553,3 +553,53 @@ async fn wake_up_hints_from_the_dialect_poll_the_named_type_or_all() {
     assert_eq!(outbox.claim_times().len(), 5, "after a reconnect every type polls at once");
     engine.shutdown(Duration::from_secs(5)).await.expect("the engine shuts down cleanly");
 }
+
+/// The level and message of every log event, for the logging cases.
+#[derive(Clone, Default)]
+struct LogLines(Arc<Mutex<Vec<(tracing::Level, String)>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for LogLines {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct Text(String);
+        impl tracing::field::Visit for Text {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                self.0.push_str(&format!(" {}={value:?}", field.name()));
+            }
+        }
+        let mut text = Text(String::new());
+        event.record(&mut text);
+        if let Ok(mut lines) = self.0.lock() {
+            lines.push((*event.metadata().level(), text.0));
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_batch_is_one_warn_line_and_an_event_that_failed_for_good_one_error_line_each() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let lines = LogLines::default();
+    let _default = tracing::subscriber::set_default(tracing_subscriber::registry().with(lines.clone()));
+    // Three events in a batch of ten (nothing claimed ahead), once retried and once given up.
+    for settings in
+        [EventSettings::new("t").batch_size(10), EventSettings::new("t").batch_size(10).max_retries(0)]
+    {
+        let outbox = Arc::new(ScriptedOutbox::with_pending(3));
+        let sender = Arc::new(CountingSender { refuse: true, ..CountingSender::default() });
+        let engine = start(outbox_only(Config::builder().event("e", settings)), outbox, sender);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        engine.shutdown(Duration::from_secs(5)).await.expect("the engine shuts down cleanly");
+    }
+    let lines = lines.0.lock().map(|lines| lines.clone()).unwrap_or_default();
+    let retries: Vec<&String> = lines
+        .iter()
+        .filter(|(level, text)| *level == tracing::Level::WARN && text.contains("they are retried"))
+        .map(|(_, text)| text)
+        .collect();
+    assert_eq!(retries.len(), 1, "one line for the batch: {lines:?}");
+    assert!(retries[0].contains("retried=3") && retries[0].contains("broker down"), "{}", retries[0]);
+    let failed = lines
+        .iter()
+        .filter(|(level, text)| *level == tracing::Level::ERROR && text.contains("event_id="))
+        .count();
+    assert_eq!(failed, 3, "one line per event that failed for good: {lines:?}");
+}
