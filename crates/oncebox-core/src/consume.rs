@@ -356,8 +356,11 @@ pub trait ListenerConfig: Sized {
     /// The configuration section errors name (`kafka.listener`).
     const SECTION: &'static str;
 
-    /// Who consumes, as spans name it: the Kafka consumer group, the RabbitMQ queue.
-    fn consumer(&self) -> &str;
+    /// Who consumes, as spans name it: the Kafka consumer group, the RabbitMQ queue. Empty by
+    /// default.
+    fn consumer(&self) -> &str {
+        ""
+    }
 
     /// Checks every setting, naming the first that is wrong.
     fn validate(&self) -> Result<()>;

@@ -516,7 +516,7 @@ impl KafkaListener {
                     return self.poison(consumer, record, Some(id), error, attempts).await;
                 }
                 let retry_in = self.config.retry_delay(attempts);
-                tracing::warn!(%id, attempts, ?retry_in, %error, "handler failed; the record runs again after a pause");
+                tracing::warn!(event_id = %id, attempts, ?retry_in, %error, "handler failed; the record runs again after a pause");
                 self.report(Outcome::Retrying { id, attempts, retry_in, error: error.to_string() });
                 Settled::Wait { attempts, retry_at: Some(Instant::now() + retry_in) }
             }

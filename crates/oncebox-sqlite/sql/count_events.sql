@@ -1,7 +1,4 @@
--- Rows per event type and status, and how long the oldest row of the group has waited since its
--- commit (milliseconds, on the database's clock): for PENDING, the age of the oldest undelivered event.
-SELECT event_type, status, COUNT(*) AS row_count,
-       CAST((julianday('now') - julianday(MIN(created_at))) * 86400000 AS INTEGER) AS oldest_age_ms
+SELECT event_type, status, COUNT(*) AS row_count
 FROM {events}
 GROUP BY event_type, status
 ORDER BY event_type, status

@@ -11,8 +11,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use oncebox_core::event::{DlqCounts, DlqFilter, DlqSelection, JobLease, OutboxCounts};
 use oncebox_core::{
-    ClaimedBatch, DlqDao, DlqEvent, DlqStatus, Error, EventStatus, InboxDao, JobLock, OutboxDao, OutboxEvent,
-    Result, SettleReport, Settlement,
+    ClaimedBatch, DlqDao, DlqEvent, DlqStatus, Error, InboxDao, JobLock, OutboxDao, OutboxEvent, Result,
+    SettleReport, Settlement,
 };
 use sqlx::query::Query;
 use sqlx::{ColumnIndex, Database, Decode, Executor, IntoArguments, Pool, Row, Type};
@@ -380,21 +380,22 @@ impl<Q: Queries> OutboxDao for SqlxOutboxDao<Q> {
 
     async fn counts(&self) -> Result<OutboxCounts> {
         let statements = self.0.statements();
-        let groups = self
+        let groups =
+            self.0.status_groups(&statements.count_events, "status", None, "counting outbox events").await?;
+        let pending = self
             .0
             .status_groups(
-                &statements.count_events,
+                &statements.oldest_pending,
                 "status",
                 Some("oldest_age_ms"),
-                "counting outbox events",
+                "aging pending events",
             )
             .await?;
-        let oldest_pending = groups
-            .iter()
-            .filter(|(_, status, _, _)| status == EventStatus::Pending.as_str())
-            // A row committed a moment "after" the database's now() (a clock step) is 0 ms old.
+        // A row written a moment "after" the database's now() (a clock step) is 0 ms old.
+        let oldest_pending = pending
+            .into_iter()
             .map(|(event_type, _, _, age_ms)| {
-                (event_type.clone(), Duration::from_millis(u64::try_from(*age_ms).unwrap_or_default()))
+                (event_type, Duration::from_millis(u64::try_from(age_ms).unwrap_or_default()))
             })
             .collect();
         let counts =

@@ -157,6 +157,8 @@ pub struct SqlFiles {
     pub get_event: &'static str,
     /// Counts outbox rows by event type and status.
     pub count_events: &'static str,
+    /// The age of the oldest PENDING row per event type.
+    pub oldest_pending: &'static str,
     /// Deletes old `RESOLVED` DLQ rows.
     pub dlq_delete_resolved: &'static str,
     /// Reads one DLQ row.
@@ -190,7 +192,7 @@ pub struct SqlFiles {
 #[macro_export]
 macro_rules! sql_files {
     () => {
-        $crate::sql_files!(@files recover_stuck, delete_processed, get_event, count_events,
+        $crate::sql_files!(@files recover_stuck, delete_processed, get_event, count_events, oldest_pending,
             dlq_delete_resolved, dlq_get, dlq_list, dlq_count, dlq_counts, dlq_set_status_by_ids,
             dlq_set_status_by_type, dlq_delete_by_ids, dlq_delete_by_type, inbox_forget,
             inbox_consumed, inbox_delete_older_than, job_unlock)
@@ -225,6 +227,7 @@ pub struct Statements {
     pub(crate) delete_processed: Statement,
     pub(crate) get_event: Statement,
     pub(crate) count_events: Statement,
+    pub(crate) oldest_pending: Statement,
     pub(crate) dlq_delete_resolved: Statement,
     pub(crate) dlq_get: Statement,
     pub(crate) dlq_list: Statement,
@@ -250,6 +253,7 @@ impl Statements {
             delete_processed: prepare(files.delete_processed),
             get_event: prepare(files.get_event),
             count_events: prepare(files.count_events),
+            oldest_pending: prepare(files.oldest_pending),
             dlq_delete_resolved: prepare(files.dlq_delete_resolved),
             dlq_get: prepare(files.dlq_get),
             dlq_list: prepare(files.dlq_list),
@@ -272,12 +276,13 @@ impl Statements {
     }
 
     /// Every statement, for checks that each is fully rendered.
-    pub fn all(&self) -> [&Statement; 17] {
+    pub fn all(&self) -> [&Statement; 18] {
         [
             &self.recover_stuck,
             &self.delete_processed,
             &self.get_event,
             &self.count_events,
+            &self.oldest_pending,
             &self.dlq_delete_resolved,
             &self.dlq_get,
             &self.dlq_list,

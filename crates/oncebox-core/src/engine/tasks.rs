@@ -160,7 +160,7 @@ impl EventPoller {
                                 event_type = %self.event_type,
                                 attempts,
                                 %error,
-                                "event not delivered after its last attempt: FAILED (the DLQ takes it when enabled)"
+                                "event not delivered after its last attempt: giving up, settling it as FAILED (the DLQ takes it when enabled)"
                             );
                             Settlement::Failed { id: event.id, error: error.to_string() }
                         }
