@@ -590,6 +590,55 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn non_transactional_batch_consume_keeps_order_skips_consumed_and_forgets_on_error() {
+        let store = Arc::new(SetInbox::default());
+        let cache = Arc::new(RecordingCache::default());
+        let inbox = inbox(&store, &cache);
+        let ids: Vec<Uuid> = (0..4).map(|_| Uuid::now_v7()).collect();
+        InboxDao::record(&*store, "billing", ids[1]).await.unwrap_or_default();
+        let messages = vec![ids[3], ids[1], ids[0], ids[3], ids[2]];
+
+        let failed = inbox
+            .consume_all_once(
+                messages.clone(),
+                |id| *id,
+                async |_fresh: Vec<Uuid>| Err::<(), _>(std::io::Error::other("warehouse down")),
+            )
+            .await;
+        assert!(matches!(failed, Err(ConsumeError::Handler(_))));
+        for id in [ids[0], ids[2], ids[3]] {
+            assert!(!store.has("billing", id), "a failed batch leaves its new ids unconsumed");
+        }
+        assert!(store.has("billing", ids[1]), "an id consumed before stays consumed");
+
+        let applied = inbox
+            .consume_all_once(
+                messages.clone(),
+                |id| *id,
+                async |fresh: Vec<Uuid>| Ok::<_, std::io::Error>(fresh),
+            )
+            .await;
+        match applied {
+            Ok(Consumed::Applied(fresh)) => {
+                assert_eq!(fresh, vec![ids[3], ids[0], ids[2]], "order kept, repeats dropped")
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        let again = inbox
+            .consume_all_once(messages, |id| *id, async |_fresh: Vec<Uuid>| Ok::<_, std::io::Error>(()))
+            .await;
+        assert!(matches!(again, Ok(Consumed::Duplicate)), "a fully consumed batch runs nothing");
+        let empty = inbox
+            .consume_all_once(
+                Vec::<Uuid>::new(),
+                |id| *id,
+                async |_fresh: Vec<Uuid>| Ok::<_, std::io::Error>(()),
+            )
+            .await;
+        assert!(matches!(empty, Ok(Consumed::Duplicate)));
+    }
+
+    #[tokio::test]
     async fn non_transactional_consume_records_first_and_forgets_on_error() {
         let store = Arc::new(SetInbox::default());
         let cache = Arc::new(RecordingCache::default());

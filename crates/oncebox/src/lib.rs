@@ -58,9 +58,10 @@ pub use oncebox_core::redact;
 pub use oncebox_core::{Config, consume, event, hooks, trace};
 pub use oncebox_core::{
     ConsumeError, Consumed, ConsumedCache, Deadline, Dialect, DlqDao, DlqHandler, DlqStatus, EngineHandle,
-    Error, ErrorKind, EventMeta, EventStatus, Headers, Inbox, InboxDao, JsonSerializer, NewOutboxEvent,
-    NoCache, NoMetrics, OutboundMessage, OutboxDao, OutboxEvent, OutboxMetrics, Publisher, Result, SendError,
-    Sender, SerializedEvent, Serializer, TableNames, UuidGenerator, UuidV7Generator,
+    Error, ErrorKind, EventMeta, EventStatus, Headers, Inbox, InboxDao, InboxWriter, JsonSerializer,
+    NewOutboxEvent, NoCache, NoMetrics, OutboundMessage, OutboxDao, OutboxEvent, OutboxMetrics, OutboxWriter,
+    Publisher, Result, SchemaPlan, SendError, Sender, SerializedEvent, Serializer, TableNames, UuidGenerator,
+    UuidV7Generator,
 };
 
 /// The embedded SQLite dialect.
@@ -102,7 +103,6 @@ pub use oncebox_kafka as kafka;
 #[cfg_attr(docsrs, doc(cfg(feature = "rabbit")))]
 pub use oncebox_rabbit as rabbit;
 
-use oncebox_core::dao::SchemaPlan;
 use oncebox_core::engine::{Engine, EngineParts};
 use oncebox_core::hooks::LogDlqHandler;
 

@@ -193,3 +193,34 @@ oncebox:
     service.shutdown(Duration::from_secs(5)).await?;
     Ok(())
 }
+
+/// A migration step or a publish-only tier needs the tables and the writer without a relay: the
+/// facade alone names everything for it.
+#[tokio::test]
+async fn tables_and_writes_need_nothing_but_the_facade() -> TestResult {
+    use oncebox::{Dialect, NewOutboxEvent, OutboxWriter, SchemaPlan, TableNames};
+    let dialect = SqliteDialect::connect(&database_url("tables")?)
+        .await?
+        .with_tables(&TableNames::with_prefix("shop_")?);
+    dialect.create_schema(SchemaPlan { outbox: true, dlq: true, inbox: true, jobs: true }).await?;
+    let event = NewOutboxEvent {
+        id: uuid::Uuid::now_v7(),
+        event_type: "order-created".to_owned(),
+        payload: r#"{"id":1}"#.to_owned(),
+        payload_type: "OrderCreated".to_owned(),
+        headers: Default::default(),
+        partition_key: None,
+    };
+    let mut tx = dialect.pool().begin().await?;
+    dialect.writer().write(&mut tx, std::slice::from_ref(&event)).await?;
+    tx.commit().await?;
+    let stored = dialect.outbox_dao().get(event.id).await?;
+    assert_eq!(stored.map(|row| row.event_type), Some("order-created".to_owned()));
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'shop_%' ORDER BY name",
+    )
+    .fetch_all(dialect.pool())
+    .await?;
+    assert_eq!(tables.len(), 4, "{tables:?}");
+    Ok(())
+}
