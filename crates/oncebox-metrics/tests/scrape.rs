@@ -4,23 +4,25 @@
 //! cache, a manual DLQ change through the API, the gauges and a gauge refresh that fails), and
 //! every name in `names::ALL` must be in the scrape.
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
+use oncebox_cache::MemoryCache;
 use oncebox_core::config::{EventSettings, Polling};
 use oncebox_core::event::{ClaimedBatch, OutboxCounts, OutboxEvent, SettleReport, Settlement};
 use oncebox_core::{
-    Config, Consumed, ConsumedCache, Dialect, Engine, EngineParts, Error, Inbox, OutboxDao, Publisher,
-    SchemaPlan, TableNames,
+    Config, Consumed, Dialect, Engine, EngineParts, Error, Inbox, OutboxDao, Publisher, SchemaPlan,
+    TableNames,
 };
 use oncebox_metrics::{Metrics, RowCountGauges, names, prometheus_builder};
 use oncebox_sqlite::SqliteDialect;
 use oncebox_testkit::MemoryBroker;
+use oncebox_testkit::eventually;
+use oncebox_testkit::runner::fail;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tower::ServiceExt;
 use uuid::Uuid;
@@ -29,6 +31,8 @@ type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
 const ORDERS: &str = "order-created";
 const POISON: &str = "poison";
+/// The bound on waiting for the run and the scrape.
+const WAIT: Duration = Duration::from_secs(60);
 
 /// The SQLite outbox, except that the first settle of an order batch finds its rows recovered
 /// and claimed again by "another worker" first, so the database refuses it (fencing).
@@ -77,23 +81,6 @@ impl OutboxDao for Racing {
     }
 }
 
-/// A consumed-id cache in a set.
-#[derive(Default)]
-struct SetCache(Mutex<HashSet<(String, Uuid)>>);
-
-#[async_trait]
-impl ConsumedCache for SetCache {
-    async fn contains(&self, consumer: &str, id: Uuid) -> bool {
-        self.0.lock().is_ok_and(|set| set.contains(&(consumer.to_owned(), id)))
-    }
-
-    async fn insert(&self, consumer: &str, id: Uuid) {
-        if let Ok(mut set) = self.0.lock() {
-            set.insert((consumer.to_owned(), id));
-        }
-    }
-}
-
 /// `GET /metrics` over a plain TCP connection, as Prometheus does.
 async fn scrape(port: u16) -> Result<String, Box<dyn std::error::Error + Send + Sync>> {
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
@@ -103,17 +90,6 @@ async fn scrape(port: u16) -> Result<String, Box<dyn std::error::Error + Send + 
     let (head, body) = response.split_once("\r\n\r\n").ok_or("no HTTP header end in the scrape")?;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     Ok(body.to_owned())
-}
-
-async fn eventually(what: &str, mut done: impl AsyncFnMut() -> bool) -> TestResult {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !done().await {
-        if Instant::now() > deadline {
-            return Err(format!("gave up waiting: {what}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Ok(())
 }
 
 fn fast() -> Polling {
@@ -165,16 +141,16 @@ async fn a_scrape_of_a_running_engine_has_every_documented_name() -> TestResult 
     parts.metrics = metrics.clone();
     let engine = Engine::start(parts)?;
     let dlq = dialect.dlq_dao();
-    eventually("every order delivered and the poison event in the DLQ", async || {
-        let orders = broker.delivery_counts().len() >= 20;
-        let counts = dlq.counts().await.map(|counts| counts.by_type_and_status.len()).unwrap_or_default();
-        orders && counts == 1
+    eventually("every order delivered and the poison event in the DLQ", WAIT, || async {
+        let counts = dlq.counts().await.map_err(fail)?;
+        Ok(broker.delivery_counts().len() >= 20 && counts.by_type_and_status.len() == 1)
     })
-    .await?;
+    .await
+    .map_err(|error| format!("{error:?}"))?;
     engine.shutdown(Duration::from_secs(10)).await?;
 
     let inbox = Inbox::new("billing", dialect.inbox_dao(), ())
-        .with_cache(Arc::new(SetCache::default()))
+        .with_cache(Arc::new(MemoryCache::new(Duration::from_secs(60), 100)))
         .with_metrics(metrics.clone());
     let id = Uuid::now_v7();
     let first = inbox.consume_once(id, async || Ok::<_, Error>(())).await;
@@ -189,13 +165,16 @@ async fn a_scrape_of_a_running_engine_has_every_documented_name() -> TestResult 
         .body(Body::from(serde_json::json!({ "event_type": POISON, "status": "RESOLVED" }).to_string()))?;
     assert_eq!(api.oneshot(request).await?.status(), StatusCode::OK);
 
-    let mut scraped = String::new();
-    eventually("every documented name in the scrape", async || {
-        scraped = scrape(port).await.unwrap_or_default();
-        names::ALL.iter().all(|name| scraped.contains(&format!("# TYPE {name} ")))
+    let last = Mutex::new(String::new());
+    let complete = eventually("every documented name in the scrape", WAIT, || async {
+        let scraped = scrape(port).await.map_err(fail)?;
+        let complete = missing_names(&scraped).is_empty();
+        *last.lock().map_err(fail)? = scraped;
+        Ok(complete)
     })
-    .await
-    .map_err(|error| format!("{error}; missing: {:?}\n{scraped}", missing_names(&scraped)))?;
+    .await;
+    let scraped = last.into_inner().unwrap_or_default();
+    complete.map_err(|error| format!("{error:?}; missing: {:?}\n{scraped}", missing_names(&scraped)))?;
     assert!(scraped.contains(r#"oncebox_settles_refused_total{event_type="order-created"}"#), "{scraped}");
     assert!(scraped.contains(r#"oncebox_job_rows_total{job="stuck-event-recovery"}"#), "{scraped}");
     assert!(scraped.contains(r#"oncebox_dlq_manual_actions_total{action="resolved"} 1"#), "{scraped}");
