@@ -299,6 +299,20 @@ impl OutboxCounts {
     }
 }
 
+/// Why `name` cannot be an event type name, or `None` when it can: a name is non-blank, has no
+/// surrounding spaces or control characters and is at most 255 bytes (the column's width). The
+/// config and the DLQ API's filters apply the same rule.
+pub fn event_type_name_problem(name: &str) -> Option<&'static str> {
+    let valid = !name.trim().is_empty()
+        && name.trim() == name
+        && name.len() <= 255
+        && !name.chars().any(char::is_control);
+    (!valid).then_some(
+        "an event type name must be non-blank, without surrounding spaces or control characters, at most \
+         255 bytes",
+    )
+}
+
 /// The state of a DLQ row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]

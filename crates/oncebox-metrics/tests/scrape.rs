@@ -18,6 +18,7 @@ use oncebox_core::{
     Config, Consumed, Dialect, Engine, EngineParts, Error, Inbox, OutboxDao, Publisher, SchemaPlan,
     TableNames,
 };
+use oncebox_dlq_api::{ApiToken, BearerTokens, DlqApi, Role};
 use oncebox_metrics::{Metrics, RowCountGauges, names, prometheus_builder};
 use oncebox_sqlite::SqliteDialect;
 use oncebox_testkit::MemoryBroker;
@@ -157,11 +158,13 @@ async fn a_scrape_of_a_running_engine_has_every_documented_name() -> TestResult 
     let again = inbox.consume_once(id, async || Ok::<_, Error>(())).await;
     assert!(matches!(first, Ok(Consumed::Applied(()))) && matches!(again, Ok(Consumed::Duplicate)));
 
-    let api = oncebox_dlq_api::router_with_metrics(dialect.dlq_dao(), metrics.clone());
+    let tokens = BearerTokens::new([ApiToken::new("on-call", "scrape-test-operator", Role::Operator)?])?;
+    let api = DlqApi::with_tokens(dialect.dlq_dao(), tokens).metrics(metrics.clone()).router();
     let request = Request::builder()
         .method(Method::POST)
         .uri("/events/status")
         .header("content-type", "application/json")
+        .header("authorization", "Bearer scrape-test-operator")
         .body(Body::from(serde_json::json!({ "event_type": POISON, "status": "RESOLVED" }).to_string()))?;
     assert_eq!(api.oneshot(request).await?.status(), StatusCode::OK);
 

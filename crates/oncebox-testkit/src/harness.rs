@@ -176,3 +176,39 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Moves every pending event of `event_types` to the DLQ the engine's way: claimed, failed for
+/// good with the error "broker said no", transferred. Returns the events that arrived, so tools
+/// and APIs over the DLQ are tested on rows the relay itself would have left.
+pub async fn fail_into_dlq<'a, D: Dialect>(
+    dialect: &D,
+    event_types: impl IntoIterator<Item = &'a str>,
+) -> Result<Vec<oncebox_core::OutboxEvent>> {
+    let outbox = dialect.outbox_dao();
+    for event_type in event_types {
+        loop {
+            let batch = outbox.claim(event_type, 500).await?;
+            if batch.events.is_empty() {
+                break;
+            }
+            let failed: Vec<oncebox_core::Settlement> = batch
+                .events
+                .iter()
+                .map(|event| oncebox_core::Settlement::Failed {
+                    id: event.id,
+                    error: "broker said no".into(),
+                })
+                .collect();
+            outbox.settle(&batch, &failed).await?;
+        }
+    }
+    let dlq = dialect.dlq_dao();
+    let mut moved = Vec::new();
+    loop {
+        let batch = dlq.transfer_to_dlq(500).await?;
+        if batch.is_empty() {
+            return Ok(moved);
+        }
+        moved.extend(batch);
+    }
+}

@@ -26,5 +26,5 @@ pub mod memory;
 pub mod runner;
 pub mod sender_suite;
 
-pub use harness::{AgedTable, DaoHarness, eventually, random_prefix, with_fresh};
+pub use harness::{AgedTable, DaoHarness, eventually, fail_into_dlq, random_prefix, with_fresh};
 pub use memory::MemoryBroker;

@@ -87,12 +87,21 @@ impl Suite {
 /// The backend's server is not configured: says so on stderr and exits successfully, unless
 /// `CI=true`, where a missing server is a failure.
 pub fn server_missing(suite: &str, variable: &str) -> ExitCode {
+    prerequisite_missing(
+        suite,
+        &format!("{variable} is not set (set it to run this suite against a real server)"),
+    )
+}
+
+/// Something a suite needs (a server, a browser, a tool) is missing, as `what` says: says so on
+/// stderr and exits successfully, unless `CI=true`, where it is a failure.
+pub fn prerequisite_missing(suite: &str, what: &str) -> ExitCode {
     let in_ci = std::env::var("CI").is_ok_and(|value| value == "true" || value == "1");
     if in_ci {
-        eprintln!("FAILED: {suite}: {variable} is not set, and CI=true requires every suite to run");
+        eprintln!("FAILED: {suite}: {what}, and CI=true requires every suite to run");
         ExitCode::FAILURE
     } else {
-        eprintln!("SKIPPED: {suite}: set {variable} to run this suite against a real server");
+        eprintln!("SKIPPED: {suite}: {what}");
         ExitCode::SUCCESS
     }
 }

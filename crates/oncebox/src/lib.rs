@@ -84,7 +84,8 @@ pub use oncebox_mysql as mysql;
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use oncebox_metrics as metrics;
 
-/// The REST API for the dead letter queue: `dlq_api::router(oncebox.dlq())`.
+/// The REST API and web console for the dead letter queue:
+/// `dlq_api::DlqApi::with_tokens(oncebox.dlq(), tokens).metrics(oncebox.metrics()).router()`.
 #[cfg(feature = "dlq-api")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dlq-api")))]
 pub use oncebox_dlq_api as dlq_api;
@@ -457,7 +458,7 @@ impl<D: Dialect, S> Oncebox<D, S> {
     }
 
     /// The metrics hook the engine and the inboxes record into (a no-op when metrics are off), for
-    /// `dlq_api::router_with_metrics(oncebox.dlq(), oncebox.metrics())`.
+    /// `dlq_api::DlqApi::with_tokens(oncebox.dlq(), tokens).metrics(oncebox.metrics())`.
     pub fn metrics(&self) -> Arc<dyn OutboxMetrics> {
         self.metrics.clone()
     }

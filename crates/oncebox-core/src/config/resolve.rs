@@ -145,11 +145,8 @@ fn resolve_outbox(raw: &RawOutbox) -> Result<OutboxConfig> {
     let mut events = BTreeMap::new();
     for (name, settings) in &raw_events {
         let path = format!("{OUTBOX}.events.{name}");
-        if name.trim().is_empty() || name.trim() != name || name.len() > 255 {
-            return Err(Error::config(
-                &path,
-                "an event type name must be non-blank, without surrounding spaces, at most 255 bytes",
-            ));
+        if let Some(problem) = crate::event::event_type_name_problem(name) {
+            return Err(Error::config(&path, problem));
         }
         let topic = match settings.topic.as_deref().map(str::trim) {
             Some(topic) if !topic.is_empty() => topic.to_owned(),
