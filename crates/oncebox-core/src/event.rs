@@ -301,7 +301,7 @@ impl OutboxCounts {
 
 /// Why `name` cannot be an event type name, or `None` when it can: a name is non-blank, has no
 /// surrounding spaces or control characters and is at most 255 bytes (the column's width). The
-/// config and the DLQ API's filters apply the same rule.
+/// config applies it; a filter over stored names is looser ([`crate::dlq::event_type`]).
 pub fn event_type_name_problem(name: &str) -> Option<&'static str> {
     let valid = !name.trim().is_empty()
         && name.trim() == name

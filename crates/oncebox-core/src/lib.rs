@@ -20,6 +20,7 @@
 pub mod config;
 pub mod consume;
 pub mod dao;
+pub mod dlq;
 pub mod engine;
 pub mod error;
 pub mod event;

@@ -68,14 +68,7 @@ pub use problem::{Problem, REQUEST_ID_HEADER};
 use auth::Access;
 use routes::Api;
 
-/// Events per page when `limit` is not given.
-pub const DEFAULT_PAGE: u32 = 50;
-/// The largest `limit` accepted.
-pub const MAX_PAGE: u32 = 500;
-/// The largest `offset` accepted.
-pub const MAX_OFFSET: u64 = 1_000_000_000;
-/// The most ids one request may select.
-pub const MAX_IDS: usize = 1_000;
+pub use oncebox_core::dlq::{DEFAULT_PAGE, MAX_IDS, MAX_OFFSET, MAX_PAGE};
 /// The largest request body accepted, in bytes (1,000 ids take about 40 KB); a larger one is
 /// refused with 413 before it is parsed.
 pub const MAX_BODY: usize = 64 * 1024;

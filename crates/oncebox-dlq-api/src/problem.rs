@@ -81,7 +81,7 @@ impl Problem {
 impl From<Error> for Problem {
     fn from(error: Error) -> Self {
         match error.kind() {
-            ErrorKind::InvalidInput | ErrorKind::Config => Self::bad_request(error.to_string()),
+            ErrorKind::InvalidInput | ErrorKind::Config => Self::bad_request(error.message()),
             _ => {
                 let temporary = error.is_temporary();
                 let problem = if temporary {

@@ -10,6 +10,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::{Extension, response::IntoResponse};
 use chrono::{DateTime, Utc};
+use oncebox_core::dlq::{self, OneChange};
 use oncebox_core::event::{DlqEvent, DlqFilter, DlqSelection, DlqStatus};
 use oncebox_core::hooks::DlqManualAction;
 use oncebox_core::{DlqDao, OutboxMetrics};
@@ -17,9 +18,9 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
+use crate::MAX_LISTED_PAYLOAD;
 use crate::auth::Principal;
 use crate::problem::Problem;
-use crate::{DEFAULT_PAGE, MAX_IDS, MAX_LISTED_PAYLOAD, MAX_OFFSET, MAX_PAGE};
 
 /// The handlers' state: the DLQ, and where manual changes are counted.
 #[derive(Clone)]
@@ -29,6 +30,24 @@ pub(crate) struct Api {
 }
 
 impl Api {
+    /// The answer to a change of event `id`, counted and logged when it was made.
+    fn one_changed(
+        &self,
+        by: &Principal,
+        action: DlqManualAction,
+        id: Uuid,
+        outcome: OneChange,
+    ) -> Result<StatusCode, Problem> {
+        match outcome {
+            OneChange::Done => {
+                self.record(by, action, &DlqSelection::Ids(vec![id]), 1);
+                Ok(StatusCode::NO_CONTENT)
+            }
+            OneChange::NotFound => Err(Problem::not_found(id)),
+            OneChange::InProcess => Err(Problem::in_process(id)),
+        }
+    }
+
     /// Counts and logs a manual change of `count` rows made by `by`.
     fn record(&self, by: &Principal, action: DlqManualAction, selection: &DlqSelection, count: u64) {
         self.metrics.dlq_manual(action, count);
@@ -109,17 +128,6 @@ impl NewStatus {
     }
 }
 
-/// An event type in a filter or a selection: 1 to 255 characters, none a control character (the
-/// database's text columns refuse some of them).
-fn event_type_filter(event_type: Option<String>) -> Result<Option<String>, Problem> {
-    match event_type {
-        Some(name) if name.is_empty() || name.chars().count() > 255 || name.chars().any(char::is_control) => {
-            Err(Problem::bad_request("event_type must be 1 to 255 characters without control characters"))
-        }
-        other => Ok(other),
-    }
-}
-
 /// Filters of the listing and the count.
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
@@ -134,10 +142,7 @@ pub(crate) struct FilterQuery {
 
 impl FilterQuery {
     fn filter(self) -> Result<DlqFilter, Problem> {
-        Ok(DlqFilter {
-            status: self.status.map(DlqStatus::from),
-            event_type: event_type_filter(self.event_type)?,
-        })
+        Ok(dlq::filter(self.status.map(DlqStatus::from), self.event_type)?)
     }
 }
 
@@ -238,14 +243,7 @@ pub(crate) async fn list(
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Answer<Page> {
     let Query(query) = query.map_err(|rejection| Problem::bad_request(rejection.body_text()))?;
-    let limit = query.limit.unwrap_or(DEFAULT_PAGE);
-    if limit == 0 || limit > MAX_PAGE {
-        return Err(Problem::bad_request(format!("limit must be between 1 and {MAX_PAGE}, not {limit}")));
-    }
-    let offset = query.offset.unwrap_or(0);
-    if offset > MAX_OFFSET {
-        return Err(Problem::bad_request(format!("offset must be at most {MAX_OFFSET}, not {offset}")));
-    }
+    let (offset, limit) = dlq::page(query.offset, query.limit)?;
     let filter = FilterQuery { status: query.status, event_type: query.event_type }.filter()?;
     let events = api.dlq.list(&filter, offset, limit).await?;
     let total = api.dlq.count(&filter).await?;
@@ -283,15 +281,6 @@ fn event_id(id: Result<Path<String>, PathRejection>) -> Result<Uuid, Problem> {
     let Path(text) = id.map_err(|rejection| Problem::bad_request(rejection.body_text()))?;
     Uuid::parse_str(&text)
         .map_err(|error| Problem::bad_request(format!("'{text}' is not an event id: {error}")))
-}
-
-/// The event `id` when it exists and may be changed.
-async fn changeable(api: &Api, id: Uuid) -> Result<(), Problem> {
-    match api.dlq.get(id).await? {
-        None => Err(Problem::not_found(id)),
-        Some(event) if event.dlq_status == DlqStatus::InProcess => Err(Problem::in_process(id)),
-        Some(_) => Ok(()),
-    }
 }
 
 /// Gives one DLQ event with its whole payload.
@@ -356,12 +345,8 @@ pub(crate) async fn patch_one(
 ) -> Result<StatusCode, Problem> {
     let id = event_id(id)?;
     let (status, action) = body(request)?.status.change();
-    changeable(&api, id).await?;
-    let selection = DlqSelection::Ids(vec![id]);
-    let updated = api.dlq.set_status(&selection, status).await?;
-    api.record(&by, action, &selection, updated);
-    // Found a moment ago and not changed now: the transfer job took it in between.
-    if updated == 0 { Err(Problem::in_process(id)) } else { Ok(StatusCode::NO_CONTENT) }
+    let outcome = dlq::set_one_status(api.dlq.as_ref(), id, status).await?;
+    api.one_changed(&by, action, id, outcome)
 }
 
 /// Deletes one DLQ event.
@@ -385,11 +370,8 @@ pub(crate) async fn delete_one(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<StatusCode, Problem> {
     let id = event_id(id)?;
-    changeable(&api, id).await?;
-    let selection = DlqSelection::Ids(vec![id]);
-    let deleted = api.dlq.delete(&selection).await?;
-    api.record(&by, DlqManualAction::Deleted, &selection, deleted);
-    if deleted == 0 { Err(Problem::in_process(id)) } else { Ok(StatusCode::NO_CONTENT) }
+    let outcome = dlq::delete_one(api.dlq.as_ref(), id).await?;
+    api.one_changed(&by, DlqManualAction::Deleted, id, outcome)
 }
 
 /// Events chosen by their ids or by their type (exactly one of the two).
@@ -404,18 +386,7 @@ pub(crate) struct Selection {
 
 impl Selection {
     fn selection(self) -> Result<DlqSelection, Problem> {
-        match (self.ids, self.event_type) {
-            (Some(_), Some(_)) => Err(Problem::bad_request("give either ids or event_type, not both")),
-            (None, None) => Err(Problem::bad_request("give ids or event_type")),
-            (Some(ids), None) if ids.is_empty() => Err(Problem::bad_request("ids is empty")),
-            (Some(ids), None) if ids.len() > MAX_IDS => {
-                Err(Problem::bad_request(format!("{} ids in one request; at most {MAX_IDS}", ids.len())))
-            }
-            (Some(ids), None) => Ok(DlqSelection::Ids(ids)),
-            (None, event_type) => {
-                Ok(DlqSelection::EventType(event_type_filter(event_type)?.unwrap_or_default()))
-            }
-        }
+        Ok(dlq::selection(self.ids, self.event_type)?)
     }
 }
 
@@ -599,24 +570,6 @@ pub(crate) async fn not_found() -> impl IntoResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_selection_is_ids_or_an_event_type() {
-        let both = Selection { ids: Some(vec![Uuid::now_v7()]), event_type: Some("t".into()) };
-        assert!(both.selection().err().is_some_and(|e| e.detail.contains("not both")));
-        assert!(Selection { ids: None, event_type: None }.selection().is_err());
-        assert!(Selection { ids: Some(vec![]), event_type: None }.selection().is_err());
-        let many = Selection { ids: Some(vec![Uuid::nil(); MAX_IDS + 1]), event_type: None };
-        assert!(many.selection().err().is_some_and(|e| e.detail.contains("at most")));
-        let blank = Selection { ids: None, event_type: Some(" ".into()) };
-        assert!(blank.selection().is_ok(), "a filter value needs no trimming");
-        let empty = Selection { ids: None, event_type: Some(String::new()) };
-        assert!(empty.selection().err().is_some_and(|e| e.detail.starts_with("event_type must")));
-        let control = Selection { ids: None, event_type: Some("a\u{0}b".into()) };
-        assert!(control.selection().is_err());
-        let by_type = Selection { ids: None, event_type: Some("order-created".into()) }.selection();
-        assert_eq!(by_type.ok(), Some(DlqSelection::EventType("order-created".into())));
-    }
 
     #[test]
     fn a_listed_payload_is_cut_on_a_character_boundary() {
