@@ -153,6 +153,25 @@ pub struct SchemaPlan {
     pub jobs: bool,
 }
 
+impl SchemaPlan {
+    /// Every table.
+    pub const ALL: SchemaPlan = SchemaPlan { outbox: true, dlq: true, inbox: true, jobs: true };
+
+    /// The tables a service with `config` uses: the outbox when it publishes, the DLQ when the DLQ
+    /// is on, the inbox when it consumes, the job table when any clean-up runs under a job lock.
+    pub fn for_config(config: &crate::Config) -> Self {
+        let outbox = config.outbox.as_ref();
+        let outbox_clean_up = outbox
+            .is_some_and(|o| o.clean_up.is_some() || o.dlq.as_ref().is_some_and(|d| d.clean_up.is_some()));
+        SchemaPlan {
+            outbox: outbox.is_some(),
+            dlq: outbox.is_some_and(|o| o.dlq.is_some()),
+            inbox: config.inbox.is_some(),
+            jobs: outbox_clean_up || config.inbox.as_ref().is_some_and(|i| i.clean_up.is_some()),
+        }
+    }
+}
+
 /// A hint that an event type has new rows (e.g. PostgreSQL NOTIFY). Polling stays the
 /// correctness backstop.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -287,7 +287,7 @@ impl<D: Dialect, S> OnceboxBuilder<D, S> {
             ));
         }
         dialect.use_tables(&config.tables.names);
-        let plan = schema_plan(&config);
+        let plan = SchemaPlan::for_config(&config);
         if config.tables.auto_create {
             dialect.create_schema(plan).await.map_err(|e| e.context("creating oncebox tables"))?;
         }
@@ -319,19 +319,6 @@ impl<D: Dialect, S> OnceboxBuilder<D, S> {
             #[cfg(feature = "metrics")]
             gauges: std::sync::Mutex::new(gauges),
         })
-    }
-}
-
-/// The tables `config` needs: the outbox's with events, the DLQ's when enabled, the inbox's, and
-/// the job lock's when any clean-up runs.
-fn schema_plan(config: &Config) -> SchemaPlan {
-    let outbox = config.outbox.as_ref();
-    SchemaPlan {
-        outbox: outbox.is_some(),
-        dlq: outbox.is_some_and(|o| o.dlq.is_some()),
-        inbox: config.inbox.is_some(),
-        jobs: outbox.is_some_and(|o| o.clean_up.is_some() || o.dlq.is_some_and(|d| d.clean_up.is_some()))
-            || config.inbox.as_ref().is_some_and(|i| i.clean_up.is_some()),
     }
 }
 
