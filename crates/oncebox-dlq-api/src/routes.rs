@@ -15,7 +15,7 @@ use oncebox_core::event::{DlqEvent, DlqFilter, DlqSelection, DlqStatus};
 use oncebox_core::hooks::DlqManualAction;
 use oncebox_core::{DlqDao, OutboxMetrics};
 use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, ToSchema};
+use utoipa::{IntoParams, IntoResponses, ToSchema};
 use uuid::Uuid;
 
 use crate::MAX_LISTED_PAYLOAD;
@@ -227,15 +227,49 @@ pub(crate) struct Page {
     limit: u32,
 }
 
+/// Answers every API route may give: the caller is unknown, or the server or its database failed.
+#[derive(IntoResponses)]
+#[allow(dead_code)]
+pub(crate) enum ApiFailures {
+    /// Missing or unknown token.
+    #[response(status = 401, content_type = "application/problem+json")]
+    Unauthorized(Problem),
+    /// Server error; the log has the details under the request id.
+    #[response(status = 500, content_type = "application/problem+json")]
+    Internal(Problem),
+    /// The database is unavailable; retry.
+    #[response(status = 503, content_type = "application/problem+json")]
+    Unavailable(Problem),
+}
+
+/// The answer of a route that changes the DLQ to a read-only token.
+#[derive(IntoResponses)]
+#[allow(dead_code)]
+pub(crate) enum WriteRefusals {
+    /// The token is read-only.
+    #[response(status = 403, content_type = "application/problem+json")]
+    Forbidden(Problem),
+}
+
+/// Refusals of a request body before it is read.
+#[derive(IntoResponses)]
+#[allow(dead_code)]
+pub(crate) enum BodyRefusals {
+    /// The body is too large.
+    #[response(status = 413, content_type = "application/problem+json")]
+    TooLarge(Problem),
+    /// The body is not JSON.
+    #[response(status = 415, content_type = "application/problem+json")]
+    NotJson(Problem),
+}
+
 /// Lists DLQ events, oldest arrival first, with filters and paging.
 #[utoipa::path(
     get, path = "/events", tag = "dlq", params(ListQuery),
     responses(
         (status = 200, description = "one page of events", body = Page),
         (status = 400, description = "a filter or paging value is wrong", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "missing or unknown token", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "server error", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "database unavailable; retry", body = Problem, content_type = "application/problem+json"),
+        ApiFailures,
     )
 )]
 pub(crate) async fn list(
@@ -263,9 +297,7 @@ pub(crate) struct Count {
     responses(
         (status = 200, description = "the number of matching events", body = Count),
         (status = 400, description = "a filter is wrong", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "missing or unknown token", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "server error", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "database unavailable; retry", body = Problem, content_type = "application/problem+json"),
+        ApiFailures,
     )
 )]
 pub(crate) async fn count(
@@ -290,10 +322,8 @@ fn event_id(id: Result<Path<String>, PathRejection>) -> Result<Uuid, Problem> {
     responses(
         (status = 200, description = "the event", body = EventView),
         (status = 400, description = "the id is not a UUID", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "missing or unknown token", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "no DLQ event has this id", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "server error", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "database unavailable; retry", body = Problem, content_type = "application/problem+json"),
+        ApiFailures,
     )
 )]
 pub(crate) async fn get_one(
@@ -327,14 +357,11 @@ fn body<T>(body: Result<Json<T>, JsonRejection>) -> Result<T, Problem> {
     responses(
         (status = 204, description = "changed"),
         (status = 400, description = "the id or the status is wrong", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "missing or unknown token", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "the token is read-only", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "no DLQ event has this id", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "the event is IN_PROCESS", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "the body is too large", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "the body is not JSON", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "server error", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "database unavailable; retry", body = Problem, content_type = "application/problem+json"),
+        ApiFailures,
+        WriteRefusals,
+        BodyRefusals,
     )
 )]
 pub(crate) async fn patch_one(
@@ -356,12 +383,10 @@ pub(crate) async fn patch_one(
     responses(
         (status = 204, description = "deleted"),
         (status = 400, description = "the id is not a UUID", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "missing or unknown token", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "the token is read-only", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "no DLQ event has this id", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "the event is IN_PROCESS", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "server error", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "database unavailable; retry", body = Problem, content_type = "application/problem+json"),
+        ApiFailures,
+        WriteRefusals,
     )
 )]
 pub(crate) async fn delete_one(
@@ -486,12 +511,9 @@ pub(crate) struct Deleted {
     responses(
         (status = 200, description = "the number of events changed", body = Updated),
         (status = 400, description = "the selection or the status is wrong", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "missing or unknown token", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "the token is read-only", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "the body is too large", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "the body is not JSON", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "server error", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "database unavailable; retry", body = Problem, content_type = "application/problem+json"),
+        ApiFailures,
+        WriteRefusals,
+        BodyRefusals,
     )
 )]
 pub(crate) async fn set_status(
@@ -514,12 +536,9 @@ pub(crate) async fn set_status(
     responses(
         (status = 200, description = "the number of events deleted", body = Deleted),
         (status = 400, description = "the selection is wrong", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "missing or unknown token", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "the token is read-only", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "the body is too large", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "the body is not JSON", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "server error", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "database unavailable; retry", body = Problem, content_type = "application/problem+json"),
+        ApiFailures,
+        WriteRefusals,
+        BodyRefusals,
     )
 )]
 pub(crate) async fn delete_selected(
@@ -546,9 +565,7 @@ pub(crate) struct TypeCount {
     get, path = "/counts", tag = "dlq",
     responses(
         (status = 200, description = "one entry per event type and status present", body = Vec<TypeCount>),
-        (status = 401, description = "missing or unknown token", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "server error", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "database unavailable; retry", body = Problem, content_type = "application/problem+json"),
+        ApiFailures,
     )
 )]
 pub(crate) async fn counts(State(api): State<Api>) -> Answer<Vec<TypeCount>> {

@@ -414,6 +414,20 @@ async fn the_openapi_document_describes_exactly_the_served_routes() -> TestResul
         }
     }
     operations.sort();
+    // Every operation documents the refusals every route can give, and each change the 403 of a
+    // read-only token, as problem documents.
+    for (path, item) in document["paths"].as_object().into_iter().flatten() {
+        for (method, operation) in item.as_object().into_iter().flatten() {
+            let mut expected = vec!["401", "500", "503"];
+            if method != "get" {
+                expected.push("403");
+            }
+            for status in expected {
+                let content = &operation["responses"][status]["content"]["application/problem+json"];
+                assert!(content["schema"].is_object(), "{method} {path}: no {status} problem: {operation}");
+            }
+        }
+    }
     let served = [
         "DELETE /events/{id}",
         "GET /counts",

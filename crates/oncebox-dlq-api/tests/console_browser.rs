@@ -34,23 +34,7 @@ fn main() -> ExitCode {
     if !folder.join("node_modules/playwright-core").is_dir() {
         return prerequisite_missing(SUITE, "playwright-core is not installed (npm ci in tests/browser)");
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("FAILED: {SUITE}: no runtime: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(&url, node, &chromium, &folder)) {
-        Ok(()) => {
-            eprintln!("ok: {SUITE}");
-            ExitCode::SUCCESS
-        }
-        Err(error) => {
-            eprintln!("FAILED: {SUITE}: {error}");
-            ExitCode::FAILURE
-        }
-    }
+    support::run_suite(SUITE, run(&url, node, &chromium, &folder))
 }
 
 async fn run(url: &str, node: PathBuf, chromium: &str, folder: &std::path::Path) -> Result<(), Error> {

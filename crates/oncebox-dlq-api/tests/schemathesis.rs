@@ -35,23 +35,7 @@ fn main() -> ExitCode {
             "schemathesis is not installed (pip install schemathesis, or set ONCEBOX_SCHEMATHESIS)",
         );
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("FAILED: {SUITE}: no runtime: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(&url, &tool)) {
-        Ok(()) => {
-            eprintln!("ok: {SUITE}");
-            ExitCode::SUCCESS
-        }
-        Err(error) => {
-            eprintln!("FAILED: {SUITE}: {error}");
-            ExitCode::FAILURE
-        }
-    }
+    support::run_suite(SUITE, run(&url, &tool))
 }
 
 /// Answers to requests that carried no valid token: all of them, and the successful ones among

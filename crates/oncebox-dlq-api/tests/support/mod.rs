@@ -103,6 +103,26 @@ pub async fn serve(app: axum::Router) -> Result<SocketAddr, Error> {
     Ok(address)
 }
 
+/// Runs `suite` on a new runtime and says `ok` or `FAILED` with the error, as its exit status
+/// does.
+pub fn run_suite(suite: &str, body: impl Future<Output = Result<(), Error>>) -> std::process::ExitCode {
+    let outcome = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| Error::from(format!("no runtime: {error}")))
+        .and_then(|runtime| runtime.block_on(body));
+    match outcome {
+        Ok(()) => {
+            eprintln!("ok: {suite}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("FAILED: {suite}: {error}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 /// `name` when it is an executable file.
 pub fn executable(path: impl AsRef<Path>) -> Option<PathBuf> {
     let path = path.as_ref();
