@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use oncebox_core::config::CacheConfig;
+use oncebox_core::config::{CacheConfig, InboxConfig};
 use oncebox_core::redact::redact_url;
 use oncebox_core::{ConsumedCache, Error, ErrorKind, Result};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -45,6 +45,17 @@ impl RedisCacheConfig {
     /// Redis at `url`, with the time to live of `oncebox.inbox.cache.ttl`.
     pub fn from_config(url: impl Into<String>, config: &CacheConfig) -> Self {
         Self::new(url).with_ttl(config.ttl)
+    }
+
+    /// Redis at `url`, named by `oncebox.inbox.cache.cache-name` (the key prefix, default
+    /// `oncebox:consumed`) and, when the cache is configured, with the time to live of
+    /// `oncebox.inbox.cache.ttl`.
+    pub fn from_inbox(url: impl Into<String>, inbox: &InboxConfig) -> Self {
+        let config = Self::new(url).with_key_prefix(inbox.cache_name.clone());
+        match &inbox.cache {
+            Some(cache) => config.with_ttl(cache.ttl),
+            None => config,
+        }
     }
 
     /// Keys are `<prefix>:<consumer>:<event id>`; give each installation sharing a Redis its own.
@@ -187,6 +198,21 @@ mod tests {
             assert!(!error.is_empty(), "{url} cannot connect");
             assert!(!error.contains("s3cret") && !error.contains("s3/cret"), "{error}");
         }
+    }
+
+    #[test]
+    fn the_inbox_cache_name_is_the_key_prefix() -> Result<()> {
+        let config = oncebox_core::Config::from_yaml_str(
+            "oncebox:\n  inbox:\n    cache:\n      cache-name: \"orders-service:oncebox:inbox\"\n      ttl: 10m\n",
+        )?;
+        let inbox = config.inbox.ok_or_else(|| Error::invalid_input("the inbox is configured"))?;
+        let redis = RedisCacheConfig::from_inbox("redis://127.0.0.1:1", &inbox);
+        assert_eq!(redis.key_prefix, "orders-service:oncebox:inbox");
+        assert_eq!(redis.ttl, Duration::from_secs(600));
+        let defaults = oncebox_core::Config::from_yaml_str("oncebox:\n  inbox: {}\n")?;
+        let inbox = defaults.inbox.ok_or_else(|| Error::invalid_input("the inbox is configured"))?;
+        assert_eq!(RedisCacheConfig::from_inbox("redis://h", &inbox).key_prefix, "oncebox:consumed");
+        Ok(())
     }
 
     #[tokio::test]

@@ -69,7 +69,7 @@ pub(crate) fn run(file: &Path) -> Result<(), Failure> {
 fn print_outbox(outbox: &OutboxConfig) {
     println!(
         "outbox: sender {}, emergency timeout {}, wake-up {}",
-        outbox.sender_type.as_deref().unwrap_or("(chosen by the code)"),
+        outbox.sender_type.map_or("(chosen by the code)", |kind| kind.as_str()),
         age(outbox.emergency_timeout),
         match outbox.wake_up {
             WakeUpMode::ListenNotify => "listen-notify",

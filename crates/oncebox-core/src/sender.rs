@@ -6,6 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
+use crate::config::TransportKind;
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::OutboundMessage;
 
@@ -72,6 +73,14 @@ pub trait Sender: Send + Sync {
     /// that conflicts with it and stops the start.
     fn adopt_emergency_timeout(&self, _timeout: Duration) -> Result<()> {
         Ok(())
+    }
+
+    /// The broker this sender delivers to, for the check against `oncebox.outbox.sender.type`:
+    /// a start whose configured type names another transport is refused. `None` (the default)
+    /// for senders that are not one of oncebox's transports (custom and test senders), which
+    /// pass the check whatever the configuration says.
+    fn transport(&self) -> Option<TransportKind> {
+        None
     }
 
     /// Waits for anything still buffered, for graceful shutdown.
@@ -143,6 +152,23 @@ mod tests {
         assert_eq!(kind, ErrorKind::Timeout);
         assert!(text.contains(&batch[1].id.to_string()) && text.contains("5s"), "{text}");
         assert!(results[2].as_ref().is_err_and(|e| e.kind() == ErrorKind::Broker && !e.is_temporary()));
+    }
+
+    /// A sender that is none of oncebox's transports.
+    struct Custom;
+
+    #[async_trait]
+    impl Sender for Custom {
+        async fn send(&self, batch: &[OutboundMessage], _deadline: Deadline) -> Vec<Result<(), SendError>> {
+            batch.iter().map(|_| Ok(())).collect()
+        }
+    }
+
+    #[test]
+    fn a_sender_reports_no_transport_unless_it_says_so() {
+        assert_eq!(Custom.transport(), None);
+        let shared: std::sync::Arc<dyn Sender> = std::sync::Arc::new(Custom);
+        assert_eq!(shared.transport(), None);
     }
 
     #[tokio::test(start_paused = true)]

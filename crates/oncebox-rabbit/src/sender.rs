@@ -9,6 +9,7 @@ use futures::stream::FuturesUnordered;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
+use oncebox_core::config::TransportKind;
 use oncebox_core::sender::unanswered_as_timeouts;
 use oncebox_core::{Deadline, Error, ErrorKind, OutboundMessage, Result, SendError, Sender};
 use tokio::sync::Mutex;
@@ -286,6 +287,11 @@ impl Sender for RabbitSender {
         }
         unanswered_as_timeouts(results, batch, &deadline, "confirmed")
     }
+
+    /// RabbitMQ, checked against `oncebox.outbox.sender.type` at start.
+    fn transport(&self) -> Option<TransportKind> {
+        Some(TransportKind::RabbitMq)
+    }
 }
 
 impl RabbitSender {
@@ -380,6 +386,13 @@ impl RabbitSender {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn it_reports_rabbitmq_for_the_sender_type_check() -> Result<()> {
+        let sender = RabbitSender::new(RabbitSenderConfig::new("amqp://127.0.0.1:1/%2f"))?;
+        assert_eq!(sender.transport(), Some(TransportKind::RabbitMq));
+        Ok(())
+    }
 
     #[test]
     fn sender_is_send_sync() {

@@ -34,6 +34,10 @@ pub use raw::HumanDuration;
 /// constructors that take a duration directly saturate at it.
 pub const MAX_SETTING_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
+/// The default of `oncebox.inbox.cache.cache-name`: the name (Redis key prefix) of the shared
+/// consumed-id cache, as in the Java library's examples.
+pub const DEFAULT_CACHE_NAME: &str = "oncebox:consumed";
+
 /// The shortest refresh period of the row-count gauges (`metrics.gauge.cache.ttls`): each refresh
 /// counts whole tables, so refreshing more often only loads the database.
 pub const MIN_GAUGE_REFRESH: Duration = Duration::from_secs(1);
@@ -92,8 +96,10 @@ impl DistributedLockConfig {
 /// `oncebox.outbox`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OutboxConfig {
-    /// `sender.type`, when given (informational: the sender is passed to the builder).
-    pub sender_type: Option<String>,
+    /// `sender.type`, when given. The sender itself is passed to the builder; the facade refuses
+    /// to start when this names another transport than the sender reports
+    /// ([`Sender::transport`](crate::Sender::transport)).
+    pub sender_type: Option<TransportKind>,
     /// `sender.emergency-timeout`: the bound on one batch's send.
     pub emergency_timeout: Duration,
     /// One entry per event type.
@@ -108,6 +114,72 @@ pub struct OutboxConfig {
     pub metrics: MetricsConfig,
     /// `wake-up`: whether the database's hints (e.g. PostgreSQL NOTIFY) cut poll sleeps short.
     pub wake_up: WakeUpMode,
+}
+
+/// A message broker oncebox has a transport for: the value of `oncebox.outbox.sender.type` and
+/// `oncebox.inbox.source.type`, and what a sender reports through
+/// [`Sender::transport`](crate::Sender::transport).
+///
+/// A file writes `kafka` or `rabbitmq`; `rabbit`, the Java library's spelling, is read as
+/// `rabbitmq`. Any other value is refused naming the key and the values allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TransportKind {
+    /// Apache Kafka (`oncebox-kafka`).
+    Kafka,
+    /// RabbitMQ (`oncebox-rabbit`).
+    RabbitMq,
+}
+
+impl TransportKind {
+    /// The name a configuration file gives it: `kafka`, `rabbitmq`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Kafka => "kafka",
+            Self::RabbitMq => "rabbitmq",
+        }
+    }
+
+    /// The transport a configuration value names (`kafka`, `rabbitmq`, or `rabbit` as the Java
+    /// library spells it); `None` for any other value.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "kafka" => Some(Self::Kafka),
+            "rabbitmq" | "rabbit" => Some(Self::RabbitMq),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for TransportKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for TransportKind {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        struct TransportVisitor;
+
+        impl serde::de::Visitor<'_> for TransportVisitor {
+            type Value = TransportKind;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a transport: kafka or rabbitmq")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, value: &str) -> std::result::Result<TransportKind, E> {
+                TransportKind::from_name(value).ok_or_else(|| {
+                    E::custom(format!(
+                        "unknown transport '{value}': expected kafka or rabbitmq (rabbit, the Java \
+                         library's spelling, is read as rabbitmq)"
+                    ))
+                })
+            }
+        }
+
+        deserializer.deserialize_str(TransportVisitor)
+    }
 }
 
 /// `oncebox.outbox.wake-up`.
@@ -270,10 +342,19 @@ pub struct GaugeConfig {
 /// `oncebox.inbox`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InboxConfig {
+    /// `source.type`: the broker this service consumes from, when given. Informational: a
+    /// listener is built in code from a transport crate (`oncebox_kafka`, `oncebox_rabbit`), which
+    /// decides the broker; tools such as `oncebox check` show it.
+    pub source: Option<TransportKind>,
     /// Deletion of old records; the TTL is the deduplication window. `None` when disabled.
     pub clean_up: Option<CleanUpConfig>,
     /// The consumed-id cache; `None` when disabled.
     pub cache: Option<CacheConfig>,
+    /// `cache.cache-name` (default `oncebox:consumed`): the name of the shared consumed-id cache.
+    /// `RedisCacheConfig::from_inbox` (`oncebox-cache`) makes it the Redis key prefix, so keys are
+    /// `<cache-name>:<consumer>:<event id>`; give each service sharing a Redis its own. The
+    /// in-process cache has no name and ignores it.
+    pub cache_name: String,
     /// Record inbox metrics.
     pub metrics_enabled: bool,
 }

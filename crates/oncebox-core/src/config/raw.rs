@@ -45,6 +45,52 @@ impl<'de> Deserialize<'de> for HumanDuration {
     }
 }
 
+/// Declares a key that oncebox refuses whatever its value, with a message that names what to do
+/// instead. The type is the field's: absent, the field is its `Default` (with `#[serde(default)]`);
+/// present, even empty (`mappings:` followed by a comment only, which YAML reads as null), its
+/// deserialization fails with `$why`, and the error names the key as the file spells it.
+macro_rules! refused_key {
+    ($(#[$doc:meta])* $name:ident => $why:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        pub(crate) struct $name;
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(_deserializer: D) -> Result<Self, D::Error> {
+                Err(de::Error::custom($why))
+            }
+        }
+    };
+}
+
+refused_key! {
+    /// `sender.bean-name` (Java: which Spring bean is the sender): there are no beans.
+    BeanName => "oncebox has no beans: pass the sender to the builder instead, \
+        `Oncebox::builder(config).sender(sender)` or `.sender_arc(Arc<dyn Sender>)` \
+        (`OnceboxBuilder::sender` / `OnceboxBuilder::sender_arc`); remove this key"
+}
+
+refused_key! {
+    /// `inbox.mappings` (Java: event type → payload class): handlers name their payload type.
+    Mappings => "oncebox has no payload class mappings: each handler decodes the payload into its \
+        own type, e.g. `listener.on::<OrderCreated, _, _>(\"create-order\", handler)` or \
+        `.on_once::<OrderCreated, _, _, _>(\"create-order\", inbox, effect)` \
+        (`ListenerBuilder::on` / `on_once`, `Handlers::on`); remove this key"
+}
+
+refused_key! {
+    /// `pooling`, the spelling of the Java README's DLQ override example, which Spring ignores.
+    Pooling => "unknown key; did you mean `polling`? (the Java README's DLQ override example \
+        spells it `pooling`; Spring ignores the unknown key, so there the override never applied)"
+}
+
+refused_key! {
+    /// A polling key written on an event type or `defaults` instead of under its `polling`.
+    PollingKey => "a polling setting belongs under `polling:` (e.g. `polling: { min-fixed-delay: \
+        250ms }`); written on the event type or `defaults` itself it would set nothing (the Java \
+        library ignores it there), so it is refused"
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawFile {
@@ -103,8 +149,11 @@ pub(crate) struct RawOutbox {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub(crate) struct RawSender {
     #[serde(rename = "type")]
-    pub(crate) kind: Option<String>,
+    pub(crate) kind: Option<super::TransportKind>,
     pub(crate) emergency_timeout: Option<HumanDuration>,
+    /// Refused: the sender is given to the builder.
+    #[serde(rename = "bean-name", default)]
+    pub(crate) _bean_name: BeanName,
 }
 
 /// Settings of one event type, or of `defaults` (where `topic` is not allowed).
@@ -116,6 +165,16 @@ pub(crate) struct RawEventSettings {
     pub(crate) polling: Option<RawPolling>,
     pub(crate) max_retries: Option<u32>,
     pub(crate) backoff: Option<RawBackoff>,
+    /// Refused here: polling keys belong under `polling` (the Java README's inheritance example
+    /// writes `min-fixed-delay` directly on an event type, where Spring ignores it).
+    #[serde(rename = "initial-delay", default)]
+    pub(crate) _initial_delay: PollingKey,
+    #[serde(rename = "fixed-delay", default)]
+    pub(crate) _fixed_delay: PollingKey,
+    #[serde(rename = "min-fixed-delay", default)]
+    pub(crate) _min_fixed_delay: PollingKey,
+    #[serde(rename = "max-fixed-delay", default)]
+    pub(crate) _max_fixed_delay: PollingKey,
 }
 
 /// The polling strategy's name.
@@ -197,6 +256,9 @@ pub(crate) struct RawCleanUp {
 pub(crate) struct RawJob {
     pub(crate) batch_size: Option<u32>,
     pub(crate) polling: Option<RawPolling>,
+    /// Refused with a pointer to `polling`.
+    #[serde(rename = "pooling", default)]
+    pub(crate) _pooling: Pooling,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -235,9 +297,21 @@ pub(crate) struct RawGaugeCache {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub(crate) struct RawInbox {
     pub(crate) enabled: Option<bool>,
+    pub(crate) source: Option<RawSource>,
     pub(crate) clean_up: Option<RawCleanUp>,
     pub(crate) cache: Option<RawCache>,
     pub(crate) metrics: Option<RawMetrics>,
+    /// Refused: each handler decodes into its own type.
+    #[serde(rename = "mappings", default)]
+    pub(crate) _mappings: Mappings,
+}
+
+/// `inbox.source`: the broker consumed from.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct RawSource {
+    #[serde(rename = "type")]
+    pub(crate) kind: Option<super::TransportKind>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -246,4 +320,5 @@ pub(crate) struct RawCache {
     pub(crate) enabled: Option<bool>,
     pub(crate) ttl: Option<HumanDuration>,
     pub(crate) max_entries: Option<u64>,
+    pub(crate) cache_name: Option<String>,
 }

@@ -269,8 +269,27 @@ fn resolve_inbox(raw: &RawInbox) -> Result<InboxConfig> {
         }
         _ => None,
     };
+    let cache_name = match raw.cache.as_ref().and_then(|cache| cache.cache_name.as_deref()) {
+        None => DEFAULT_CACHE_NAME.to_owned(),
+        Some(name) if name.trim().is_empty() => {
+            return Err(Error::config(format!("{INBOX}.cache.cache-name"), "must not be blank"));
+        }
+        Some(name) if name.chars().any(char::is_control) => {
+            return Err(Error::config(
+                format!("{INBOX}.cache.cache-name"),
+                "must not contain control characters (it is the prefix of every cache key)",
+            ));
+        }
+        Some(name) => name.to_owned(),
+    };
     let metrics = metrics(raw.metrics.as_ref(), &format!("{INBOX}.metrics"))?;
-    Ok(InboxConfig { clean_up, cache, metrics_enabled: metrics.enabled })
+    Ok(InboxConfig {
+        source: raw.source.as_ref().and_then(|source| source.kind),
+        clean_up,
+        cache,
+        cache_name,
+        metrics_enabled: metrics.enabled,
+    })
 }
 
 fn batch_size(value: u32, path: &str) -> Result<u32> {

@@ -363,3 +363,151 @@ fn a_gauge_refresh_shorter_than_a_second_is_refused() {
     let text = with_event("").replace("  outbox:\n", "  outbox:\n    metrics:\n      gauge:\n        enabled: true\n        cache:\n          ttls: [1s, 1s, 10ms]\n");
     assert_names(&yaml_error(&text), "oncebox.outbox.metrics.gauge.cache.ttls");
 }
+
+// ---- Keys of the Java library's configuration reference ----
+
+#[test]
+fn sender_and_source_types_name_a_transport() {
+    for (value, kind) in [
+        ("kafka", TransportKind::Kafka),
+        ("rabbitmq", TransportKind::RabbitMq),
+        ("rabbit", TransportKind::RabbitMq),
+    ] {
+        let outbox =
+            with_event("").replace("    events:", &format!("    sender:\n      type: {value}\n    events:"));
+        let config = Config::from_yaml_str(&outbox).expect("the test config is valid");
+        assert_eq!(config.outbox.and_then(|o| o.sender_type), Some(kind), "{value}");
+        let inbox = format!("oncebox:\n  consumer:\n    source:\n      type: {value}\n");
+        let config = Config::from_yaml_str(&inbox).expect("the test config is valid");
+        assert_eq!(config.inbox.and_then(|i| i.source), Some(kind), "{value}");
+    }
+    let config = Config::from_yaml_str("oncebox:\n  inbox: {}\n").expect("the test config is valid");
+    assert_eq!(config.inbox.and_then(|i| i.source), None, "source.type is optional");
+    assert_eq!(TransportKind::from_name("rabbit").map(TransportKind::as_str), Some("rabbitmq"));
+    assert_eq!(TransportKind::Kafka.to_string(), "kafka");
+    assert_eq!(TransportKind::from_name("Kafka"), None);
+}
+
+#[test]
+fn an_unknown_source_type_names_the_key_and_the_allowed_values() {
+    let message = yaml_error("oncebox:\n  inbox:\n    source:\n      type: sqs\n");
+    assert_names(&message, "oncebox.inbox.source.type");
+    assert_names(&message, "unknown transport 'sqs'");
+    assert_names(&message, "expected kafka or rabbitmq");
+    let message = yaml_error("oncebox:\n  consumer:\n    source:\n      type: 3\n");
+    assert_names(&message, "oncebox.consumer.source.type");
+    assert_names(&message, "kafka or rabbitmq");
+    let message = yaml_error("oncebox:\n  inbox:\n    source:\n      kind: kafka\n");
+    assert_names(&message, "oncebox.inbox.source");
+    assert_names(&message, "kind");
+    let toml = Config::from_toml_str("[oncebox.inbox.source]\ntype = \"nats\"\n");
+    let message = toml.err().map(|e| e.to_string()).unwrap_or_default();
+    assert_names(&message, "oncebox.inbox.source.type");
+    assert_names(&message, "unknown transport 'nats'");
+}
+
+#[test]
+fn an_unknown_sender_type_names_the_key_and_the_allowed_values() {
+    let text = with_event("").replace("    events:", "    sender:\n      type: pulsar\n    events:");
+    let message = yaml_error(&text);
+    assert_names(&message, "oncebox.outbox.sender.type");
+    assert_names(&message, "unknown transport 'pulsar'");
+    assert_names(&message, "expected kafka or rabbitmq");
+}
+
+#[test]
+fn sender_bean_name_is_refused_pointing_at_the_builder() {
+    for section in ["outbox", "publisher"] {
+        let text = format!(
+            "oncebox:\n  {section}:\n    sender:\n      bean-name: customKafkaTemplate\n    events:\n      e:\n        topic: t\n"
+        );
+        let message = yaml_error(&text);
+        assert_names(&message, &format!("oncebox.{section}.sender.bean-name"));
+        assert_names(&message, "no beans");
+        assert_names(&message, "OnceboxBuilder::sender");
+        assert_names(&message, "sender_arc");
+    }
+    let message = Config::from_toml_str("[oncebox.outbox.sender]\nbean-name = \"x\"\n")
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert_names(&message, "oncebox.outbox.sender.bean-name");
+}
+
+#[test]
+fn mappings_are_refused_even_when_empty() {
+    let values = [
+        "\n      create-order: \"com.example.OrderCreatedDto\"\n",
+        "\n      # Your specific mappings\n",
+        " {}\n",
+    ];
+    for section in ["inbox", "consumer"] {
+        for value in values {
+            let message = yaml_error(&format!("oncebox:\n  {section}:\n    mappings:{value}"));
+            assert_names(&message, &format!("oncebox.{section}.mappings"));
+            assert_names(&message, "each handler decodes the payload into its own type");
+            assert_names(&message, "listener.on::<OrderCreated, _, _>(\"create-order\"");
+        }
+    }
+    let message = Config::from_toml_str("[oncebox.inbox.mappings]\ncreate-order = \"com.example.Dto\"\n")
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert_names(&message, "oncebox.inbox.mappings");
+}
+
+#[test]
+fn the_cache_name_is_kept_and_defaults_to_the_java_name() {
+    let config =
+        Config::from_yaml_str("oncebox:\n  inbox:\n    cache:\n      cache-name: \"orders:consumed\"\n")
+            .expect("the test config is valid");
+    let inbox = config.inbox.expect("inbox");
+    assert_eq!(inbox.cache_name, "orders:consumed");
+    assert!(inbox.cache.is_some());
+    let config = Config::from_yaml_str("oncebox:\n  inbox: {}\n").expect("the test config is valid");
+    assert_eq!(config.inbox.map(|i| i.cache_name).as_deref(), Some(DEFAULT_CACHE_NAME));
+    assert_eq!(DEFAULT_CACHE_NAME, "oncebox:consumed");
+    // A name given with the cache off is kept for whoever builds a shared cache from it.
+    let config = Config::from_yaml_str(
+        "oncebox:\n  consumer:\n    cache:\n      enabled: false\n      cache-name: shop\n",
+    )
+    .expect("the test config is valid");
+    let inbox = config.inbox.expect("inbox");
+    assert!(inbox.cache.is_none());
+    assert_eq!(inbox.cache_name, "shop");
+}
+
+#[test]
+fn a_blank_or_control_character_cache_name_names_the_key() {
+    let message = yaml_error("oncebox:\n  inbox:\n    cache:\n      cache-name: '  '\n");
+    assert_names(&message, "oncebox.inbox.cache.cache-name");
+    assert_names(&message, "blank");
+    let message = yaml_error("oncebox:\n  inbox:\n    cache:\n      cache-name: \"a\\nb\"\n");
+    assert_names(&message, "oncebox.inbox.cache.cache-name");
+    assert_names(&message, "control characters");
+}
+
+#[test]
+fn pooling_is_refused_with_a_pointer_to_polling() {
+    for job in ["transfer-to", "transfer-from"] {
+        let text = format!(
+            "{}    dlq:\n      enabled: true\n      {job}:\n        pooling:\n          multiplier: 2.5\n",
+            with_event("")
+        );
+        let message = yaml_error(&text);
+        assert_names(&message, &format!("oncebox.outbox.dlq.{job}.pooling"));
+        assert_names(&message, "did you mean `polling`?");
+    }
+}
+
+#[test]
+fn a_polling_key_outside_polling_names_the_key() {
+    for key in ["initial-delay", "fixed-delay", "min-fixed-delay", "max-fixed-delay"] {
+        let message = yaml_error(&with_event(&format!("        {key}: 250ms\n")));
+        assert_names(&message, &format!("oncebox.outbox.events.order-created.{key}"));
+        assert_names(&message, "belongs under `polling:`");
+        let defaults =
+            with_event("").replace("    events:", &format!("    defaults:\n      {key}: 1s\n    events:"));
+        assert_names(&yaml_error(&defaults), &format!("oncebox.outbox.defaults.{key}"));
+    }
+}
