@@ -1,6 +1,8 @@
 //! The whole oncebox loop, end to end. By default it needs no servers: an SQLite file database
-//! and the in-memory broker. `--database-url postgres://…` (or `mysql://…`) and `--broker amqp://…` or
-//! `--broker kafka://host:port` run the same loop against real servers.
+//! and the in-memory broker, and the default build compiles nothing else. `--database-url
+//! postgres://…` (or `mysql://…`) and `--broker amqp://…` or `--broker kafka://host:port` run the
+//! same loop against real servers; build those backends with `--features postgres,rabbit` (or
+//! `mysql`, `kafka`, `full`).
 //!
 //! 1. Orders are placed in business transactions that also publish an `order-placed` event; every
 //!    fifth transaction fails its business check and rolls back, taking its event with it.
@@ -19,9 +21,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+#[cfg(feature = "kafka")]
 use oncebox::kafka::{KafkaEvent, KafkaListener, KafkaListenerConfig, KafkaSender, KafkaSenderConfig};
+#[cfg(feature = "mysql")]
 use oncebox::mysql::MySqlDialect;
+#[cfg(feature = "postgres")]
 use oncebox::postgres::PgDialect;
+#[cfg(feature = "rabbit")]
 use oncebox::rabbit::{
     RabbitEvent, RabbitListener, RabbitListenerConfig, RabbitSender, RabbitSenderConfig, RabbitTopology,
 };
@@ -54,6 +60,7 @@ struct OrderPlaced {
 
 const EVENT: &str = "order-placed";
 const TOPIC: &str = "oncebox-quickstart-orders";
+#[cfg(any(feature = "kafka", feature = "rabbit"))]
 const QUEUE: &str = "oncebox-quickstart-shipping";
 
 fn config() -> Result<Config, oncebox::Error> {
@@ -201,6 +208,7 @@ shop!(
     "INSERT INTO quickstart_orders (id, customer, total_cents) VALUES ($1, $2, $3)",
     "INSERT INTO quickstart_shipments (order_id, event_id) VALUES ($1, $2)"
 );
+#[cfg(feature = "postgres")]
 shop!(
     PgShop,
     PgDialect,
@@ -208,6 +216,7 @@ shop!(
     "INSERT INTO quickstart_orders (id, customer, total_cents) VALUES ($1, $2, $3)",
     "INSERT INTO quickstart_shipments (order_id, event_id) VALUES ($1, $2)"
 );
+#[cfg(feature = "mysql")]
 shop!(
     MySqlShop,
     MySqlDialect,
@@ -249,7 +258,7 @@ fn fresh_sqlite_url() -> Result<String, Failure> {
 
 /// Redacts the password of a URL for printing.
 fn shown(url: &str) -> String {
-    oncebox::rabbit::redact_url(url)
+    oncebox::redact::redact_url(url)
 }
 
 async fn run(args: Args) -> Result<bool, Failure> {
@@ -274,13 +283,23 @@ async fn run(args: Args) -> Result<bool, Failure> {
         let shop = SqliteShop { pool: dialect.pool().clone() };
         run_with(shop, dialect, broker, args.orders).await
     } else if database_url.starts_with("postgres://") || database_url.starts_with("postgresql://") {
-        let dialect = PgDialect::connect(&database_url).await?;
-        let shop = PgShop { pool: dialect.pool().clone() };
-        run_with(shop, dialect, broker, args.orders).await
+        #[cfg(feature = "postgres")]
+        {
+            let dialect = PgDialect::connect(&database_url).await?;
+            let shop = PgShop { pool: dialect.pool().clone() };
+            run_with(shop, dialect, broker, args.orders).await
+        }
+        #[cfg(not(feature = "postgres"))]
+        Err(feature_missing("postgres"))
     } else if database_url.starts_with("mysql://") || database_url.starts_with("mariadb://") {
-        let dialect = MySqlDialect::connect(&database_url).await?;
-        let shop = MySqlShop { pool: dialect.pool().clone() };
-        run_with(shop, dialect, broker, args.orders).await
+        #[cfg(feature = "mysql")]
+        {
+            let dialect = MySqlDialect::connect(&database_url).await?;
+            let shop = MySqlShop { pool: dialect.pool().clone() };
+            run_with(shop, dialect, broker, args.orders).await
+        }
+        #[cfg(not(feature = "mysql"))]
+        Err(feature_missing("mysql"))
     } else {
         Err(format!(
             "unsupported --database-url '{}': use sqlite://, postgres:// or mysql://",
@@ -288,6 +307,17 @@ async fn run(args: Args) -> Result<bool, Failure> {
         )
         .into())
     }
+}
+
+/// The error for a URL whose backend this build left out: the default build has SQLite and the
+/// in-memory broker only, so the first run compiles nothing it does not use.
+#[allow(dead_code, reason = "unused when every backend is built")]
+fn feature_missing(feature: &str) -> Failure {
+    format!(
+        "this quickstart was built without the `{feature}` backend: run it with \
+         `cargo run --example quickstart --features {feature} -- …` (or `--features full`)"
+    )
+    .into()
 }
 
 /// What the consumer saw.
@@ -342,6 +372,7 @@ impl Broker {
     }
 }
 
+#[cfg(feature = "kafka")]
 /// Creates `topic` (one partition) unless it exists: the quickstart's counterpart of the RabbitMQ
 /// queue declaration, since a broker need not create topics on first use.
 async fn create_topic(url: &str, topic: &str) -> Result<(), Failure> {
@@ -367,6 +398,7 @@ async fn create_topic(url: &str, topic: &str) -> Result<(), Failure> {
 /// A stop signal and the listener task it ends.
 type RunningListener = (tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<oncebox::Result<()>>);
 
+#[cfg(any(feature = "kafka", feature = "rabbit"))]
 /// Spawns the listener loop `run`, handing it a shutdown future that resolves when the returned
 /// sender fires (or is dropped).
 fn spawn_listener<F, Fut>(run: F) -> RunningListener
@@ -392,8 +424,13 @@ async fn run_with<S: Shop>(
     let mut subscription = memory.subscribe(TOPIC);
     let tally = Arc::new(Tally::default());
     let builder = Oncebox::builder(config()?).dialect(dialect);
-    let (outbox, listener) = match &broker {
+    let (outbox, listener): (_, Option<RunningListener>) = match &broker {
         Broker::Memory => (builder.sender(memory.clone()).start().await?, None),
+        #[cfg(not(feature = "kafka"))]
+        Broker::Kafka(_) => return Err(feature_missing("kafka")),
+        #[cfg(not(feature = "rabbit"))]
+        Broker::Amqp(_) => return Err(feature_missing("rabbit")),
+        #[cfg(feature = "kafka")]
         Broker::Kafka(url) => {
             create_topic(url, TOPIC).await?;
             let outbox = builder.sender(KafkaSender::new(KafkaSenderConfig::new(url))?).start().await?;
@@ -413,6 +450,7 @@ async fn run_with<S: Shop>(
             let running = spawn_listener(|shutdown| async move { listener.run(shutdown).await });
             (outbox, Some(running))
         }
+        #[cfg(feature = "rabbit")]
         Broker::Amqp(url) => {
             let outbox = builder.sender(RabbitSender::new(RabbitSenderConfig::new(url))?).start().await?;
             // The consumer declares and binds its queue; until it has, mandatory publishing reports

@@ -201,6 +201,13 @@ pub trait Dialect: Send + Sync + 'static {
     /// Uses these table names (from `oncebox.tables.prefix`) for every statement.
     fn use_tables(&mut self, tables: &TableNames);
 
+    /// Turns database wake-ups off when `enabled` is false (`oncebox.outbox.wake-up: off`): the
+    /// writer then signals nothing on publish and [`wake_source`](Self::wake_source) gives none.
+    /// `true` leaves the dialect as it was built. A dialect without wake-ups ignores it.
+    fn use_wake_ups(&mut self, enabled: bool) {
+        let _ = enabled;
+    }
+
     /// Creates the planned tables and indexes if they do not exist (idempotent).
     async fn create_schema(&self, plan: SchemaPlan) -> Result<()>;
 

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use oncebox_core::config::TransportKind;
 use oncebox_core::sender::unanswered_as_timeouts;
 use oncebox_core::{Deadline, Error, ErrorKind, OutboundMessage, Result, SendError, Sender};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -94,6 +95,29 @@ impl KafkaSender {
     /// The emergency timeout the producer was created with (`message.timeout.ms`).
     pub fn emergency_timeout(&self) -> Duration {
         self.current().emergency_timeout
+    }
+
+    /// Reaches the cluster now, within `timeout`, instead of at the first batch, so start-up can
+    /// fail fast on a wrong bootstrap address, a closed port or refused credentials. It asks a
+    /// broker for the cluster's metadata through the sender's own producer (a blocking librdkafka
+    /// call, so it runs on tokio's blocking pool). The error names the bootstrap servers.
+    pub async fn connect(&self, timeout: Duration) -> Result<()> {
+        let (producer, _) = self.producer();
+        let answered =
+            tokio::task::spawn_blocking(move || producer.client().fetch_metadata(None, timeout).map(|_| ()))
+                .await
+                .map_err(|error| {
+                    Error::new(ErrorKind::Other, format!("the Kafka metadata request failed: {error}"))
+                })?;
+        answered.map_err(|error| {
+            Error::temporary(
+                ErrorKind::Broker,
+                format!(
+                    "cannot reach Kafka at {} within {timeout:?}: {error}",
+                    self.config.bootstrap_servers()
+                ),
+            )
+        })
     }
 
     /// Replaces the producer of `generation` (unless another batch, or an adopted timeout,
@@ -208,6 +232,11 @@ impl Sender for KafkaSender {
         }
         Self::release(producer);
         unanswered_as_timeouts(results, batch, &deadline, "acknowledged")
+    }
+
+    /// Kafka, checked against `oncebox.outbox.sender.type` at start.
+    fn transport(&self) -> Option<TransportKind> {
+        Some(TransportKind::Kafka)
     }
 
     /// Checks `timeout` against librdkafka's range and the user's own delivery timeouts, and
@@ -382,6 +411,13 @@ mod tests {
             let text = created.err().map(|error| error.to_string()).unwrap_or_default();
             assert!(text.contains("kafka.producer") && !text.contains("4711"), "{text}");
         }
+    }
+
+    #[test]
+    fn it_reports_kafka_for_the_sender_type_check() -> Result<()> {
+        let sender = KafkaSender::new(KafkaSenderConfig::new("127.0.0.1:1"))?;
+        assert_eq!(sender.transport(), Some(TransportKind::Kafka));
+        Ok(())
     }
 
     #[test]

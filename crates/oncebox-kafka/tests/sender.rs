@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use oncebox_core::{Error, ErrorKind, Result};
 use oncebox_kafka::{KafkaSender, KafkaSenderConfig};
-use oncebox_testkit::runner::Suite;
+use oncebox_testkit::case;
+use oncebox_testkit::runner::{Suite, TestResult, fail};
 use oncebox_testkit::sender_suite::{self, ReceivedMessage, SenderHarness, TestConsumer};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -120,5 +121,38 @@ fn main() -> ExitCode {
         Ok(bootstrap) => bootstrap,
         Err(code) => return code,
     };
-    Suite::new().add("sender", Arc::new(KafkaHarness { bootstrap }), sender_suite::cases()).run()
+    let harness = Arc::new(KafkaHarness { bootstrap });
+    Suite::new()
+        .add("sender", harness.clone(), sender_suite::cases())
+        .add(
+            "connect",
+            harness,
+            vec![
+                case!("connect_answers_when_the_cluster_does", connect_answers_when_the_cluster_does),
+                case!(
+                    "connect_names_an_unreachable_bootstrap_address",
+                    connect_names_an_unreachable_bootstrap_address
+                ),
+            ],
+        )
+        .run()
+}
+
+async fn connect_answers_when_the_cluster_does(harness: Arc<KafkaHarness>) -> TestResult {
+    let sender = KafkaSender::new(KafkaSenderConfig::new(harness.bootstrap.clone())).map_err(fail)?;
+    sender.connect(Duration::from_secs(30)).await.map_err(fail)
+}
+
+async fn connect_names_an_unreachable_bootstrap_address(_harness: Arc<KafkaHarness>) -> TestResult {
+    // Nothing listens on port 1: the check fails within its timeout instead of at the first send.
+    let sender = KafkaSender::new(KafkaSenderConfig::new("127.0.0.1:1")).map_err(fail)?;
+    let Err(error) = sender.connect(Duration::from_secs(2)).await else {
+        return Err(fail("connect succeeded against a closed port"));
+    };
+    let message = error.to_string();
+    if error.kind() == ErrorKind::Broker && message.contains("127.0.0.1:1") && error.is_temporary() {
+        Ok(())
+    } else {
+        Err(fail(format!("the error should be a temporary broker error naming the address: {message}")))
+    }
 }

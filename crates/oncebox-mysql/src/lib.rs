@@ -73,6 +73,10 @@ use sqlx::MySqlPool;
 pub use config::{DEFAULT_MAX_CONNECTIONS, SESSION_SETUP, ServerVersion, connect_options, pool_options};
 use oncebox_sqlx::{SqlxDlqDao, SqlxInboxDao, SqlxJobLock, SqlxOutboxDao};
 pub use queries::MySqlQueries;
+/// The sqlx this dialect is built on (0.9), so a service names the exact version the writer
+/// accepts: `oncebox::mysql::sqlx::Transaction<'_, oncebox::mysql::sqlx::MySql>`. Depending
+/// on `sqlx` directly works too, as long as it resolves to the same 0.9 release.
+pub use sqlx;
 pub use writer::MySqlWriter;
 
 use crate::error::SqlxResultExt;

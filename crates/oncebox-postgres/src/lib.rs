@@ -69,6 +69,10 @@ use sqlx::PgPool;
 pub use config::{DEFAULT_MAX_CONNECTIONS, connect_options};
 use oncebox_sqlx::{SqlxDlqDao, SqlxInboxDao, SqlxJobLock, SqlxOutboxDao, SqlxResultExt};
 pub use queries::PgQueries;
+/// The sqlx this dialect is built on (0.9), so a service names the exact version the writer
+/// accepts: `oncebox::postgres::sqlx::Transaction<'_, oncebox::postgres::sqlx::Postgres>`. Depending
+/// on `sqlx` directly works too, as long as it resolves to the same 0.9 release.
+pub use sqlx;
 pub use wake::PgWakeSource;
 pub use writer::PgWriter;
 
@@ -238,6 +242,11 @@ impl Dialect for PgDialect {
 
     fn job_lock(&self) -> Arc<dyn JobLock> {
         Arc::new(self.pg_job_lock())
+    }
+
+    fn use_wake_ups(&mut self, enabled: bool) {
+        // Off wins: either the configuration or `with_wake_ups(false)` turns NOTIFY off.
+        self.wake_ups &= enabled;
     }
 
     fn writer(&self) -> PgWriter {

@@ -57,6 +57,10 @@ use sqlx::SqlitePool;
 pub use config::{DEFAULT_BUSY_TIMEOUT, connect_options};
 use oncebox_sqlx::{SqlxDlqDao, SqlxInboxDao, SqlxJobLock, SqlxOutboxDao, SqlxResultExt};
 pub use queries::SqliteQueries;
+/// The sqlx this dialect is built on (0.9), so a service names the exact version the writer
+/// accepts: `oncebox::sqlite::sqlx::Transaction<'_, oncebox::sqlite::sqlx::Sqlite>`. Depending
+/// on `sqlx` directly works too, as long as it resolves to the same 0.9 release.
+pub use sqlx;
 pub use writer::SqliteWriter;
 
 /// [`OutboxDao`] for SQLite. Claims run in `BEGIN IMMEDIATE` transactions: SQLite has one writer at

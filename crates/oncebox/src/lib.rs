@@ -46,6 +46,46 @@
 //! outbox.shutdown(std::time::Duration::from_secs(30)).await?;
 //! # Ok(()) }
 //! ```
+//!
+//! # Declarative publish
+//!
+//! [`macro@publish`] on the function that holds the transaction writes its `Ok` value (or a named
+//! argument) as an event into that transaction before returning; an `Err` writes nothing:
+//!
+//! ```
+//! # #[cfg(feature = "sqlite")]
+//! # mod example {
+//! use oncebox::Publisher;
+//! use oncebox::sqlite::SqliteWriter;
+//! use sqlx::{Sqlite, Transaction};
+//!
+//! #[derive(serde::Serialize)]
+//! pub struct Order { pub id: i64, pub amount_cents: i64 }
+//!
+//! #[oncebox::publish("order-created")]
+//! pub async fn place_order(
+//!     outbox: &Publisher<SqliteWriter>,
+//!     tx: &mut Transaction<'_, Sqlite>,
+//!     amount_cents: i64,
+//! ) -> Result<Order, oncebox::Error> {
+//!     let id = 7; // … insert the order on &mut **tx and read its id …
+//!     Ok(Order { id, amount_cents })
+//! }
+//!
+//! #[oncebox::publish("order-created", payload = order)]
+//! pub async fn import_order(
+//!     outbox: &Publisher<SqliteWriter>,
+//!     tx: &mut Transaction<'_, Sqlite>,
+//!     order: &Order,
+//! ) -> Result<(), oncebox::Error> {
+//!     Ok(()) // … store the imported order on &mut **tx …
+//! }
+//! # }
+//! ```
+//!
+//! The manual call ([`Publisher::publish`]) fits where the event is one step among others, needs
+//! metadata ([`Publisher::publish_with`]) or a batch ([`Publisher::publish_all`]); the attribute
+//! fits a function whose result *is* the event, and makes forgetting the publish impossible.
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -63,6 +103,16 @@ pub use oncebox_core::{
     Publisher, Result, SchemaPlan, SendError, Sender, SerializedEvent, Serializer, TableNames, UuidGenerator,
     UuidV7Generator,
 };
+
+/// Publishes an event inside the function's own transaction when the function returns `Ok`.
+///
+/// `#[oncebox::publish("order-created")]` publishes the `Ok` value;
+/// `#[oncebox::publish("order-created", payload = order)]` publishes the argument `order` as it is
+/// after the body ran. The function must be an `async fn` returning a `Result` whose error converts
+/// from [`Error`]; its publisher is the parameter typed `Publisher<…>` or `Oncebox<…>` (or
+/// `publisher = <expression>`), its transaction the parameter typed `&mut Transaction<…>` (or
+/// `tx = <parameter>`). See the [crate documentation](crate#declarative-publish) for an example.
+pub use oncebox_macros::publish;
 
 /// The embedded SQLite dialect.
 #[cfg(feature = "sqlite")]
@@ -121,6 +171,33 @@ pub struct Oncebox<D: Dialect, S = JsonSerializer> {
     gauges: std::sync::Mutex<Option<oncebox_metrics::GaugeRefresh>>,
 }
 
+/// Which events [`Oncebox::until_drained`] waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrainScope<'a> {
+    /// Every event type.
+    All,
+    /// One event type.
+    EventType(&'a str),
+}
+
+impl DrainScope<'_> {
+    fn covers(&self, event_type: &str) -> bool {
+        match self {
+            DrainScope::All => true,
+            DrainScope::EventType(wanted) => *wanted == event_type,
+        }
+    }
+}
+
+impl std::fmt::Display for DrainScope<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DrainScope::All => f.write_str("every type"),
+            DrainScope::EventType(event_type) => write!(f, "type '{event_type}'"),
+        }
+    }
+}
+
 /// Marks a builder that has no dialect yet.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoDialect;
@@ -138,6 +215,7 @@ pub struct OnceboxBuilder<D, S = JsonSerializer> {
     cache: Option<Arc<dyn ConsumedCache>>,
     dlq_handler: Arc<dyn DlqHandler>,
     worker_id: uuid::Uuid,
+    relay: bool,
 }
 
 impl Oncebox<Unassembled> {
@@ -153,6 +231,7 @@ impl Oncebox<Unassembled> {
             cache: None,
             dlq_handler: Arc::new(LogDlqHandler),
             worker_id: uuid::Uuid::new_v4(),
+            relay: true,
         }
     }
 }
@@ -203,6 +282,7 @@ impl<S> OnceboxBuilder<NoDialect, S> {
             cache: self.cache,
             dlq_handler: self.dlq_handler,
             worker_id: self.worker_id,
+            relay: self.relay,
         }
     }
 }
@@ -231,6 +311,7 @@ impl<D, S> OnceboxBuilder<D, S> {
             cache: self.cache,
             dlq_handler: self.dlq_handler,
             worker_id: self.worker_id,
+            relay: self.relay,
         }
     }
 
@@ -258,6 +339,16 @@ impl<D, S> OnceboxBuilder<D, S> {
         self
     }
 
+    /// Starts no relay: the tables are created (with `tables.auto-create`) and the publisher
+    /// accepts the configured event types, but no poller, stuck recovery, DLQ job or outbox
+    /// clean-up runs here, and no sender is needed. This is the web tier of a deployment whose
+    /// relay runs elsewhere; the relay deployment is an ordinary start with the same
+    /// `oncebox.outbox` block and a sender. Inbox work (its clean-up, its cache) is unchanged.
+    pub fn publisher_only(mut self) -> Self {
+        self.relay = false;
+        self
+    }
+
     /// This instance's id, the owner of its job locks (default: random per start).
     pub fn worker_id(mut self, worker_id: uuid::Uuid) -> Self {
         self.worker_id = worker_id;
@@ -279,26 +370,35 @@ impl<D: Dialect, S> OnceboxBuilder<D, S> {
             cache,
             dlq_handler,
             worker_id,
+            relay,
         } = self;
-        if config.outbox.is_some() && sender.is_none() {
+        if relay && config.outbox.is_some() && sender.is_none() {
             return Err(Error::config(
                 "oncebox.outbox",
                 "events are configured but no sender was given to the builder",
             ));
         }
+        check_sender_transport(&config, sender.as_deref())?;
         dialect.use_tables(&config.tables.names);
+        dialect.use_wake_ups(wake_ups_wanted(&config));
         let plan = SchemaPlan::for_config(&config);
         if config.tables.auto_create {
             dialect.create_schema(plan).await.map_err(|e| e.context("creating oncebox tables"))?;
         }
         let cache = inbox_cache(&config, cache);
         let metrics = metrics_hook(&config, metrics);
-        let mut parts = EngineParts::new(config.clone());
+        // Without the relay, the engine sees no outbox: it runs the inbox's jobs only.
+        let mut engine_config = config.clone();
+        if !relay {
+            engine_config.outbox = None;
+        }
+        let engine_plan = SchemaPlan::for_config(&engine_config);
+        let mut parts = EngineParts::new(engine_config);
         parts.worker_id = worker_id;
         parts.metrics = metrics.clone();
         parts.dlq_handler = dlq_handler;
-        parts.sender = sender;
-        attach_daos(&mut parts, &dialect, plan).await?;
+        parts.sender = if relay { sender } else { None };
+        attach_daos(&mut parts, &dialect, engine_plan).await?;
         let engine = Engine::start(parts)?;
         #[cfg(feature = "metrics")]
         let gauges = row_count_gauges(&config, &dialect, plan);
@@ -307,7 +407,7 @@ impl<D: Dialect, S> OnceboxBuilder<D, S> {
             config.outbox.as_ref().map(|o| o.events.keys().cloned().collect::<Vec<_>>()).unwrap_or_default();
         let publisher =
             Publisher::new(writer.clone(), event_types).with_serializer(serializer).with_uuid_generator(ids);
-        tracing::info!(dialect = dialect.name(), "oncebox started");
+        tracing::info!(dialect = dialect.name(), relay, "oncebox started");
         Ok(Oncebox {
             engine,
             publisher,
@@ -319,6 +419,22 @@ impl<D: Dialect, S> OnceboxBuilder<D, S> {
             #[cfg(feature = "metrics")]
             gauges: std::sync::Mutex::new(gauges),
         })
+    }
+}
+
+/// Refuses a sender whose transport is not the one `oncebox.outbox.sender.type` names. A sender
+/// that reports no transport (a custom or test sender), or a configuration without the key, passes.
+fn check_sender_transport(config: &Config, sender: Option<&dyn Sender>) -> Result<()> {
+    let configured = config.outbox.as_ref().and_then(|outbox| outbox.sender_type);
+    match (configured, sender.and_then(|sender| sender.transport())) {
+        (Some(configured), Some(actual)) if configured != actual => Err(Error::config(
+            "oncebox.outbox.sender.type",
+            format!(
+                "is {configured}, but the sender given to the builder delivers to {actual}; give a \
+                 {configured} sender or change the key to {actual}"
+            ),
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -369,14 +485,18 @@ fn metrics_hook(config: &Config, attached: Option<Arc<dyn OutboxMetrics>>) -> Ar
     }
 }
 
+/// Whether the configuration asks for database wake-ups (`oncebox.outbox.wake-up`): the one switch
+/// for both the relay's listener and the publisher's signal.
+fn wake_ups_wanted(config: &Config) -> bool {
+    config.outbox.as_ref().is_some_and(|o| o.wake_up == config::WakeUpMode::ListenNotify)
+}
+
 /// Gives the engine the dialect's DAOs, job lock and wake-up source that `plan` calls for.
 async fn attach_daos<D: Dialect>(parts: &mut EngineParts, dialect: &D, plan: SchemaPlan) -> Result<()> {
     parts.job_lock = plan.jobs.then(|| dialect.job_lock());
     if plan.outbox {
         parts.outbox = Some(dialect.outbox_dao());
-        let listen =
-            parts.config.outbox.as_ref().is_some_and(|o| o.wake_up == config::WakeUpMode::ListenNotify);
-        if listen {
+        if wake_ups_wanted(&parts.config) {
             parts.wake_source = dialect.wake_source().await?;
         }
     }
@@ -458,6 +578,43 @@ impl<D: Dialect, S> Oncebox<D, S> {
     /// The configuration it runs with.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// Waits until no event of `scope` is PENDING or IN_PROCESS in the outbox table, counted on
+    /// the database (an event counts as delivered once its settle committed), or fails with a
+    /// [`ErrorKind::Timeout`] error giving what is still open when `deadline` passes. For tests,
+    /// batch jobs and graceful deploys. Events waiting for a retry count as open, FAILED ones (in
+    /// the outbox or moved to the DLQ) do not. It works on any instance that shares the tables,
+    /// including a [`publisher_only`](OnceboxBuilder::publisher_only) one waiting for a relay
+    /// elsewhere.
+    pub async fn until_drained(&self, scope: DrainScope<'_>, deadline: Duration) -> Result<()> {
+        let until = tokio::time::Instant::now() + deadline;
+        let dao = self.dialect.outbox_dao();
+        let mut pause = Duration::from_millis(5);
+        loop {
+            let counts = dao.counts().await?;
+            let open: u64 = counts
+                .by_type_and_status
+                .iter()
+                .filter(|(event_type, status, _)| {
+                    matches!(status, EventStatus::Pending | EventStatus::InProcess)
+                        && scope.covers(event_type)
+                })
+                .map(|(_, _, count)| count)
+                .sum();
+            if open == 0 {
+                return Ok(());
+            }
+            let now = tokio::time::Instant::now();
+            if now >= until {
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!("{open} event(s) of {scope} still pending or in process after {deadline:?}"),
+                ));
+            }
+            tokio::time::sleep(pause.min(until - now)).await;
+            pause = (pause * 2).min(Duration::from_millis(200));
+        }
     }
 
     /// Graceful shutdown: stops claiming, lets in-flight batches settle within `deadline`,

@@ -224,3 +224,222 @@ async fn tables_and_writes_need_nothing_but_the_facade() -> TestResult {
     assert_eq!(tables.len(), 4, "{tables:?}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publisher_only_web_tier_and_a_relay_share_the_tables_and_until_drained_sees_the_drain()
+-> TestResult {
+    use oncebox::{DrainScope, EventStatus};
+
+    let url = database_url("publisher-only")?;
+    // The web tier: no sender, no poller; it creates the tables and validates event types.
+    let web_dialect = SqliteDialect::connect(&url).await?;
+    let pool = web_dialect.pool().clone();
+    let web = Oncebox::builder(Config::from_yaml_str(CONFIG)?)
+        .dialect(web_dialect)
+        .publisher_only()
+        .start()
+        .await?;
+    assert!(!web.wake("order-created"), "a publisher-only instance has no poller");
+
+    let mut ids = Vec::new();
+    let mut tx = pool.begin().await?;
+    for id in 0..5 {
+        ids.push(web.publisher().publish(&mut tx, "order-created", &OrderCreated { id }).await?);
+    }
+    tx.commit().await?;
+    let mut tx = pool.begin().await?;
+    let unknown = web.publisher().publish(&mut tx, "order-deleted", &OrderCreated { id: 9 }).await;
+    assert_eq!(
+        unknown.err().map(|e| e.kind()),
+        Some(ErrorKind::InvalidInput),
+        "event types are still checked"
+    );
+    tx.rollback().await?;
+
+    // Nothing relays them here: the wait times out and says what is still open.
+    let waited = web.until_drained(DrainScope::EventType("order-created"), Duration::from_millis(50)).await;
+    let error = waited.err().ok_or("nothing can drain without a relay")?;
+    assert_eq!(error.kind(), ErrorKind::Timeout);
+    assert!(error.to_string().contains("5 event(s) of type 'order-created'"), "{error}");
+    let pending = web.outbox_dao().counts().await?.status_total(EventStatus::Pending);
+    assert_eq!(pending, 5, "the web tier claimed nothing");
+
+    // The relay deployment: the same block and a sender.
+    let broker = MemoryBroker::new();
+    let relay = Oncebox::builder(Config::from_yaml_str(CONFIG)?)
+        .dialect(SqliteDialect::connect(&url).await?)
+        .sender(broker.clone())
+        .start()
+        .await?;
+    web.until_drained(DrainScope::All, Duration::from_secs(60)).await?;
+    let delivered = broker.delivery_counts();
+    for id in &ids {
+        assert!(delivered.contains_key(id), "until_drained returned before {id} was delivered");
+    }
+    let counts = web.outbox_dao().counts().await?;
+    assert_eq!(counts.status_total(EventStatus::Processed), 5, "drained means settled");
+    relay.shutdown(Duration::from_secs(10)).await?;
+    web.shutdown(Duration::from_secs(10)).await?;
+    Ok(())
+}
+
+/// A sender that reports `transport` and delivers to an in-memory broker. Written without the
+/// `async_trait` macro (the facade's tests do not depend on it): the signature is the one the
+/// macro gives `Sender::send`.
+struct ReportingSender {
+    transport: Option<oncebox::config::TransportKind>,
+    broker: MemoryBroker,
+}
+
+impl oncebox::Sender for ReportingSender {
+    fn send<'s, 'b, 'f>(
+        &'s self,
+        batch: &'b [oncebox::OutboundMessage],
+        deadline: oncebox::Deadline,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Vec<Result<(), oncebox::SendError>>> + Send + 'f>>
+    where
+        's: 'f,
+        'b: 'f,
+        Self: 'f,
+    {
+        self.broker.send(batch, deadline)
+    }
+
+    fn transport(&self) -> Option<oncebox::config::TransportKind> {
+        self.transport
+    }
+}
+
+const KAFKA_CONFIG: &str = r#"
+oncebox:
+  outbox:
+    sender:
+      type: kafka
+    events:
+      order-created:
+        topic: orders
+"#;
+
+#[tokio::test]
+async fn a_sender_of_another_transport_than_sender_type_fails_to_start_naming_the_key() -> TestResult {
+    use oncebox::config::TransportKind;
+    let dialect = SqliteDialect::connect(&database_url("wrongsender")?).await?;
+    let rabbit = ReportingSender { transport: Some(TransportKind::RabbitMq), broker: MemoryBroker::new() };
+    let error = Oncebox::builder(Config::from_yaml_str(KAFKA_CONFIG)?)
+        .dialect(dialect)
+        .sender(rabbit)
+        .start()
+        .await
+        .err();
+    assert_eq!(error.as_ref().map(|e| e.kind()), Some(ErrorKind::Config));
+    let message = error.map(|e| e.to_string()).unwrap_or_default();
+    assert!(message.contains("oncebox.outbox.sender.type"), "{message}");
+    assert!(message.contains("is kafka") && message.contains("delivers to rabbitmq"), "{message}");
+
+    // The Java spelling `rabbit` matches a RabbitMQ sender, and a sender that reports no transport
+    // (a custom or test sender) passes whatever the key says.
+    let rabbit_config = Config::from_yaml_str(&KAFKA_CONFIG.replace("type: kafka", "type: rabbit"))?;
+    let rabbit = ReportingSender { transport: Some(TransportKind::RabbitMq), broker: MemoryBroker::new() };
+    let dialect = SqliteDialect::connect(&database_url("rabbitsender")?).await?;
+    let service = Oncebox::builder(rabbit_config).dialect(dialect).sender(rabbit).start().await?;
+    service.shutdown(Duration::from_secs(5)).await?;
+    let dialect = SqliteDialect::connect(&database_url("customsender")?).await?;
+    let custom = ReportingSender { transport: None, broker: MemoryBroker::new() };
+    let service = Oncebox::builder(Config::from_yaml_str(KAFKA_CONFIG)?)
+        .dialect(dialect)
+        .sender(custom)
+        .start()
+        .await?;
+    service.shutdown(Duration::from_secs(5)).await?;
+    Ok(())
+}
+
+/// A message of a user's own transport (SQS, NATS, a hand-written Kafka loop): the inbox needs only
+/// a way to read its id.
+#[derive(Debug, Clone, PartialEq)]
+struct OwnMessage {
+    event_id: uuid::Uuid,
+    body: &'static str,
+}
+
+#[tokio::test]
+async fn the_four_consumer_calls_work_from_a_loop_of_ones_own() -> TestResult {
+    use oncebox::Consumed;
+
+    let dialect = SqliteDialect::connect(&database_url("consumer-calls")?).await?;
+    let pool = dialect.pool().clone();
+    let service =
+        Oncebox::builder(Config::from_yaml_str("oncebox:\n  inbox: {}\n")?).dialect(dialect).start().await?;
+    sqlx::query("CREATE TABLE effects (id TEXT PRIMARY KEY, body TEXT NOT NULL)").execute(&pool).await?;
+    let inbox = service.inbox("own-loop");
+    let effects =
+        || async { sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM effects").fetch_one(&pool).await };
+
+    // 1. By id, with the effect in the same transaction (Java: consume(UUID, Runnable)).
+    let by_id = uuid::Uuid::now_v7();
+    for expected_applied in [true, false] {
+        let mut tx = pool.begin().await?;
+        let outcome = inbox
+            .consume_in(&mut tx, by_id, async |tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>| {
+                sqlx::query("INSERT INTO effects VALUES (?, 'by id')")
+                    .bind(by_id.to_string())
+                    .execute(&mut **tx)
+                    .await
+            })
+            .await?;
+        tx.commit().await?;
+        assert_eq!(outcome.is_applied(), expected_applied, "by id");
+    }
+    assert_eq!(effects().await?, 1);
+
+    // 2. By message with an id extractor (Java: consume(T, extractor, Consumer<T>)): the id is
+    // read from the message, and the effect gets the message.
+    let message = OwnMessage { event_id: uuid::Uuid::now_v7(), body: "by message" };
+    let id_of = |message: &OwnMessage| message.event_id;
+    for expected_applied in [true, false] {
+        let delivered = message.clone();
+        let outcome = inbox
+            .consume_once(id_of(&delivered), async || {
+                sqlx::query("INSERT INTO effects VALUES (?, ?)")
+                    .bind(delivered.event_id.to_string())
+                    .bind(delivered.body)
+                    .execute(&pool)
+                    .await
+            })
+            .await?;
+        assert_eq!(outcome.is_applied(), expected_applied, "by message");
+    }
+    assert_eq!(effects().await?, 2);
+
+    // 3. By a set of ids (Java: consume(Set<UUID>, Consumer<Set<UUID>>)): the effect gets the ids
+    // not consumed before; `by_id` was.
+    let (a, b) = (uuid::Uuid::now_v7(), uuid::Uuid::now_v7());
+    let mut tx = pool.begin().await?;
+    let outcome = inbox
+        .consume_all_in(
+            &mut tx,
+            vec![a, by_id, b],
+            |id| *id,
+            async |_tx, fresh: Vec<uuid::Uuid>| Ok::<_, std::io::Error>(fresh),
+        )
+        .await?;
+    tx.commit().await?;
+    assert_eq!(outcome, Consumed::Applied(vec![a, b]), "only the new ids, in order");
+
+    // 4. By a list of messages with an id extractor (Java: consume(List<T>, extractor, …)):
+    // filtered and in order (the Java library loses the order); a repeat within the list counts
+    // once, and a message consumed before is dropped.
+    let first = OwnMessage { event_id: uuid::Uuid::now_v7(), body: "first" };
+    let second = OwnMessage { event_id: uuid::Uuid::now_v7(), body: "second" };
+    let batch = vec![second.clone(), message.clone(), first.clone(), second.clone()];
+    let outcome = inbox
+        .consume_all_once(batch, id_of, async |fresh: Vec<OwnMessage>| Ok::<_, std::io::Error>(fresh))
+        .await?;
+    assert_eq!(outcome, Consumed::Applied(vec![second.clone(), first.clone()]));
+    let again = inbox.consume_all_once(vec![first, second], id_of, async |fresh: Vec<OwnMessage>| {
+        Ok::<_, std::io::Error>(fresh)
+    });
+    assert_eq!(again.await?, Consumed::Duplicate, "every message was consumed before");
+    service.shutdown(Duration::from_secs(5)).await?;
+    Ok(())
+}
