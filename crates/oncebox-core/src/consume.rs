@@ -1,7 +1,8 @@
 //! The transport-neutral half of a listener: what a handler receives ([`Received`]), how the
 //! `oncebox_*` headers of a message are read ([`EventHeaders::decode`]), and the registry of typed
 //! handlers ([`Handlers`], with [`Handlers::on`] and [`Handlers::on_once`] through an
-//! [`Inbox`]).
+//! [`Inbox`]). Payloads are JSON unless a handler names its own [`Deserializer`]
+//! ([`Handlers::on_with`], [`Handlers::on_once_with`]).
 //!
 //! A transport crate keeps only its broker loop (acknowledging or committing, holding a message
 //! for a retry, reconnecting, dead-lettering) and hands each message here as a
@@ -44,6 +45,7 @@ use uuid::Uuid;
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::{HEADER_EVENT_ID, HEADER_EVENT_TYPE, HEADER_PAYLOAD_TYPE, Headers};
 use crate::inbox::{ConsumeError, Consumed, Inbox};
+use crate::serializer::{Deserializer, JsonSerializer};
 
 /// Prefix of the headers oncebox writes itself; they are read into [`Received`]'s fields and never
 /// passed on as user headers.
@@ -68,10 +70,15 @@ pub struct Received<T, M> {
 }
 
 impl<M> Received<Vec<u8>, M> {
-    /// The event with its JSON payload decoded as `T`. A payload that does not fit `T` can never
-    /// be handled, so its error is [`HandlerFailure::Poison`], naming the event and the type.
-    pub fn decode_json<T: DeserializeOwned>(self) -> Result<Received<T, M>, HandlerFailure> {
-        match serde_json::from_slice::<T>(&self.payload) {
+    /// The event with its payload decoded as `T` by `deserializer`, which is given the
+    /// `oncebox_payload_type` header too. A payload that does not fit `T` can never be handled,
+    /// so its error is [`HandlerFailure::Poison`], naming the event and the type, with the
+    /// deserializer's error as its source.
+    pub fn decode<T, D>(self, deserializer: &D) -> Result<Received<T, M>, HandlerFailure>
+    where
+        D: Deserializer<T> + ?Sized,
+    {
+        match deserializer.deserialize(&self.payload, self.payload_type.as_deref()) {
             Ok(payload) => Ok(Received {
                 id: self.id,
                 event_type: self.event_type,
@@ -82,7 +89,7 @@ impl<M> Received<Vec<u8>, M> {
             }),
             Err(error) => {
                 let text = format!(
-                    "the payload of event {} ({}) does not decode as {}: {error}",
+                    "the payload of event {} ({}) does not decode as {}",
                     self.id,
                     self.event_type,
                     std::any::type_name::<T>()
@@ -90,6 +97,12 @@ impl<M> Received<Vec<u8>, M> {
                 Err(HandlerFailure::Poison(Error::new(ErrorKind::Decode, text).with_source(error)))
             }
         }
+    }
+
+    /// The event with its JSON payload decoded as `T`: [`decode`](Self::decode) with
+    /// [`JsonSerializer`].
+    pub fn decode_json<T: DeserializeOwned>(self) -> Result<Received<T, M>, HandlerFailure> {
+        self.decode(&JsonSerializer)
     }
 }
 
@@ -306,16 +319,58 @@ impl<M: Send + 'static> Handlers<M> {
     /// `InboxWriter` in the transaction of its effect. It returns `Ok(Consumed::Duplicate)` when
     /// the inbox skipped the effect. Registering a type again replaces its handler.
     #[must_use]
-    pub fn on<T, F, Fut>(mut self, event_type: impl Into<String>, handler: F) -> Self
+    pub fn on<T, F, Fut>(self, event_type: impl Into<String>, handler: F) -> Self
     where
         T: DeserializeOwned + Send + 'static,
         F: Fn(Received<T, M>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Consumed<()>>> + Send + 'static,
     {
-        let handler = Arc::new(handler);
+        self.on_with(event_type, JsonSerializer, handler)
+    }
+
+    /// [`on`](Self::on) with the payload decoded by `deserializer` instead of JSON: the consuming
+    /// half of the [`Serializer`](crate::Serializer) the publisher was given. A payload it refuses
+    /// is poison ([`HandlerFailure::Poison`]): `handler` never sees it.
+    ///
+    /// ```
+    /// use oncebox_core::consume::{Handlers, Received};
+    /// use oncebox_core::{Consumed, Deserializer, Error, ErrorKind, Result};
+    ///
+    /// /// Payloads like `v2;amount=1250`.
+    /// struct AmountV2;
+    ///
+    /// impl Deserializer<u64> for AmountV2 {
+    ///     fn deserialize(&self, payload: &[u8], _payload_type: Option<&str>) -> Result<u64> {
+    ///         std::str::from_utf8(payload)
+    ///             .ok()
+    ///             .and_then(|text| text.strip_prefix("v2;amount="))
+    ///             .and_then(|amount| amount.parse().ok())
+    ///             .ok_or_else(|| Error::new(ErrorKind::Serialization, "not a v2 amount"))
+    ///     }
+    /// }
+    ///
+    /// let handlers: Handlers<()> =
+    ///     Handlers::new().on_with("payment-made", AmountV2, |event: Received<u64, ()>| async move {
+    ///         assert_eq!(event.payload, 1250);
+    ///         Ok(Consumed::Applied(()))
+    ///     });
+    /// assert_eq!(handlers.event_types(), ["payment-made"]);
+    /// ```
+    #[must_use]
+    pub fn on_with<T, D, F, Fut>(mut self, event_type: impl Into<String>, deserializer: D, handler: F) -> Self
+    where
+        T: Send + 'static,
+        D: Deserializer<T> + 'static,
+        F: Fn(Received<T, M>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Consumed<()>>> + Send + 'static,
+    {
+        let shared = Arc::new((deserializer, handler));
         let erased: Handler<M> = Arc::new(move |raw: Received<Vec<u8>, M>| -> HandlerFuture {
-            let handler = Arc::clone(&handler);
-            Box::pin(async move { handler(raw.decode_json::<T>()?).await.map_err(HandlerFailure::Failed) })
+            let shared = Arc::clone(&shared);
+            Box::pin(async move {
+                let (deserializer, handler) = &*shared;
+                handler(raw.decode(deserializer)?).await.map_err(HandlerFailure::Failed)
+            })
         });
         self.by_type.insert(event_type.into(), erased);
         self
@@ -332,8 +387,28 @@ impl<M: Send + 'static> Handlers<M> {
         F: Fn(Received<T, M>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<()>> + Send + 'static,
     {
+        self.on_once_with(event_type, inbox, JsonSerializer, effect)
+    }
+
+    /// [`on_once`](Self::on_once) with the payload decoded by `deserializer` instead of JSON; see
+    /// [`on_with`](Self::on_with).
+    #[must_use]
+    pub fn on_once_with<T, W, D, F, Fut>(
+        self,
+        event_type: impl Into<String>,
+        inbox: Inbox<W>,
+        deserializer: D,
+        effect: F,
+    ) -> Self
+    where
+        T: Send + Sync + 'static,
+        W: Send + Sync + 'static,
+        D: Deserializer<T> + 'static,
+        F: Fn(Received<T, M>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<()>> + Send + 'static,
+    {
         let shared = Arc::new((inbox, effect));
-        self.on::<T, _, _>(event_type, move |event: Received<T, M>| {
+        self.on_with::<T, _, _, _>(event_type, deserializer, move |event: Received<T, M>| {
             let shared = Arc::clone(&shared);
             async move {
                 let (inbox, effect) = &*shared;
@@ -390,29 +465,62 @@ impl<C: ListenerConfig> ListenerBuilder<C> {
         Self { config, handlers: Handlers::new() }
     }
 
-    /// Handles `event_type` with `handler`; see [`Handlers::on`].
+    /// Handles `event_type` with `handler`, the payload decoded as JSON; see [`Handlers::on`].
     #[must_use]
-    pub fn on<T, F, Fut>(mut self, event_type: impl Into<String>, handler: F) -> Self
+    pub fn on<T, F, Fut>(self, event_type: impl Into<String>, handler: F) -> Self
     where
         T: DeserializeOwned + Send + 'static,
         F: Fn(Received<T, C::Source>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Consumed<()>>> + Send + 'static,
     {
-        self.handlers = self.handlers.on(event_type, handler);
+        self.on_with(event_type, JsonSerializer, handler)
+    }
+
+    /// Handles `event_type` with `handler`, the payload decoded by `deserializer`; see
+    /// [`Handlers::on_with`]. A payload it refuses is poison.
+    #[must_use]
+    pub fn on_with<T, D, F, Fut>(mut self, event_type: impl Into<String>, deserializer: D, handler: F) -> Self
+    where
+        T: Send + 'static,
+        D: Deserializer<T> + 'static,
+        F: Fn(Received<T, C::Source>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Consumed<()>>> + Send + 'static,
+    {
+        self.handlers = self.handlers.on_with(event_type, deserializer, handler);
         self
     }
 
-    /// Handles `event_type` through `inbox`; see [`Handlers::on_once`]. A redelivered message is
-    /// settled without running `effect` again.
+    /// Handles `event_type` through `inbox`, the payload decoded as JSON; see
+    /// [`Handlers::on_once`]. A redelivered message is settled without running `effect` again.
     #[must_use]
-    pub fn on_once<T, W, F, Fut>(mut self, event_type: impl Into<String>, inbox: Inbox<W>, effect: F) -> Self
+    pub fn on_once<T, W, F, Fut>(self, event_type: impl Into<String>, inbox: Inbox<W>, effect: F) -> Self
     where
         T: DeserializeOwned + Send + Sync + 'static,
         W: Send + Sync + 'static,
         F: Fn(Received<T, C::Source>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<()>> + Send + 'static,
     {
-        self.handlers = self.handlers.on_once(event_type, inbox, effect);
+        self.on_once_with(event_type, inbox, JsonSerializer, effect)
+    }
+
+    /// Handles `event_type` through `inbox`, the payload decoded by `deserializer`; see
+    /// [`Handlers::on_once_with`].
+    #[must_use]
+    pub fn on_once_with<T, W, D, F, Fut>(
+        mut self,
+        event_type: impl Into<String>,
+        inbox: Inbox<W>,
+        deserializer: D,
+        effect: F,
+    ) -> Self
+    where
+        T: Send + Sync + 'static,
+        W: Send + Sync + 'static,
+        D: Deserializer<T> + 'static,
+        F: Fn(Received<T, C::Source>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<()>> + Send + 'static,
+    {
+        self.handlers = self.handlers.on_once_with(event_type, inbox, deserializer, effect);
         self
     }
 
@@ -496,6 +604,152 @@ mod tests {
                 "{error:?}"
             );
         }
+    }
+
+    /// `v2;order=7`: a format of the tests' own, refused unless the payload type is `order/v2`.
+    struct OrderV2;
+
+    impl Deserializer<Order> for OrderV2 {
+        fn deserialize(&self, payload: &[u8], payload_type: Option<&str>) -> Result<Order> {
+            if payload_type != Some("order/v2") {
+                return Err(Error::new(
+                    ErrorKind::Serialization,
+                    format!("payload type {payload_type:?} is not order/v2"),
+                ));
+            }
+            std::str::from_utf8(payload)
+                .ok()
+                .and_then(|text| text.strip_prefix("v2;order="))
+                .and_then(|order| order.parse().ok())
+                .map(|order| Order { order })
+                .ok_or_else(|| Error::new(ErrorKind::Serialization, "not a v2 order"))
+        }
+    }
+
+    fn raw_v2(payload: &[u8]) -> Received<Vec<u8>, &'static str> {
+        Received { payload_type: Some("order/v2".to_owned()), ..raw(payload) }
+    }
+
+    #[test]
+    fn decode_goes_through_the_given_deserializer_with_the_payload_type() {
+        let decoded = raw_v2(b"v2;order=7").decode(&OrderV2);
+        assert!(matches!(&decoded, Ok(event) if event.payload.order == 7
+            && event.payload_type.as_deref() == Some("order/v2")));
+        // JSON is just another deserializer: `decode_json` is `decode(&JsonSerializer)`.
+        assert!(matches!(
+            raw(b"{\"order\":7}").decode(&JsonSerializer),
+            Ok(Received { payload: Order { order: 7 }, .. })
+        ));
+        assert!(matches!(raw(b"v2;order=7").decode_json::<Order>(), Err(HandlerFailure::Poison(_))));
+    }
+
+    #[tokio::test]
+    async fn on_with_hands_the_handler_the_custom_payload_and_a_refused_one_is_poison() -> Result<()> {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let handlers: Handlers<&'static str> = {
+            let seen = Arc::clone(&seen);
+            Handlers::new().on_with("order-created", OrderV2, move |event: Received<Order, &'static str>| {
+                if let Ok(mut seen) = seen.lock() {
+                    seen.push(event.payload.order);
+                }
+                async { Ok(Consumed::Applied(())) }
+            })
+        };
+        let handler = handlers
+            .get("order-created")
+            .ok_or_else(|| Error::new(ErrorKind::Config, "the handler is missing"))?;
+        assert!(matches!(handler(raw_v2(b"v2;order=7")).await, Ok(Consumed::Applied(()))));
+        for refused in [raw_v2(b"{\"order\":7}"), raw(b"v2;order=8"), raw_v2(b"v2;order=eight")] {
+            let failure = handler(refused).await;
+            let Err(HandlerFailure::Poison(error)) = &failure else {
+                return Err(Error::new(ErrorKind::Other, format!("not poison: {failure:?}")));
+            };
+            let text = error.to_string();
+            assert_eq!(error.kind(), ErrorKind::Decode, "{text}");
+            assert!(
+                text.contains(&Uuid::nil().to_string())
+                    && text.contains("(order-created)")
+                    && text.contains("Order"),
+                "the poison names the event, its type and the target type: {text}"
+            );
+            assert!(std::error::Error::source(error).is_some(), "the deserializer's error is the source");
+        }
+        assert_eq!(
+            seen.lock().map(|seen| seen.clone()).unwrap_or_default(),
+            [7],
+            "only the good payload ran"
+        );
+        Ok(())
+    }
+
+    /// An inbox whose records are kept in a set.
+    #[derive(Default)]
+    struct SetInbox(std::sync::Mutex<std::collections::HashSet<(String, Uuid)>>);
+
+    #[async_trait::async_trait]
+    impl crate::dao::InboxDao for SetInbox {
+        async fn record(&self, consumer: &str, id: Uuid) -> Result<bool> {
+            Ok(self.0.lock().is_ok_and(|mut set| set.insert((consumer.to_owned(), id))))
+        }
+        async fn record_many(&self, consumer: &str, ids: &[Uuid]) -> Result<Vec<Uuid>> {
+            let mut new = Vec::new();
+            for id in ids {
+                if self.record(consumer, *id).await? {
+                    new.push(*id);
+                }
+            }
+            Ok(new)
+        }
+        async fn forget(&self, consumer: &str, id: Uuid) -> Result<bool> {
+            Ok(self.0.lock().is_ok_and(|mut set| set.remove(&(consumer.to_owned(), id))))
+        }
+        async fn consumed(&self, consumer: &str, ids: &[Uuid]) -> Result<Vec<Uuid>> {
+            let set = self.0.lock().map(|set| set.clone()).unwrap_or_default();
+            Ok(ids.iter().copied().filter(|id| set.contains(&(consumer.to_owned(), *id))).collect())
+        }
+        async fn delete_older_than(&self, _older_than: std::time::Duration, _limit: u32) -> Result<u64> {
+            Ok(0)
+        }
+    }
+
+    #[tokio::test]
+    async fn on_once_with_decodes_with_the_deserializer_and_runs_the_effect_once_per_id() -> Result<()> {
+        let inbox = Inbox::new("billing", Arc::new(SetInbox::default()), ());
+        let effects = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let handlers: Handlers<&'static str> = {
+            let effects = Arc::clone(&effects);
+            Handlers::new().on_once_with(
+                "order-created",
+                inbox,
+                OrderV2,
+                move |event: Received<Order, &'static str>| {
+                    let effects = Arc::clone(&effects);
+                    async move {
+                        if let Ok(mut effects) = effects.lock() {
+                            effects.push((event.id, event.payload.order));
+                        }
+                        Ok(())
+                    }
+                },
+            )
+        };
+        let handler = handlers
+            .get("order-created")
+            .ok_or_else(|| Error::new(ErrorKind::Config, "the handler is missing"))?;
+        let (first, second) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        let with_id = |id, payload: &[u8]| Received { id, ..raw_v2(payload) };
+        assert!(matches!(handler(with_id(first, b"v2;order=7")).await, Ok(Consumed::Applied(()))));
+        assert!(matches!(handler(with_id(first, b"v2;order=7")).await, Ok(Consumed::Duplicate)));
+        assert!(matches!(handler(with_id(second, b"v2;order=8")).await, Ok(Consumed::Applied(()))));
+        // Poison is refused before the inbox: the id is not recorded.
+        let third = Uuid::from_u128(3);
+        assert!(matches!(handler(with_id(third, b"nonsense")).await, Err(HandlerFailure::Poison(_))));
+        assert!(matches!(handler(with_id(third, b"v2;order=9")).await, Ok(Consumed::Applied(()))));
+        assert_eq!(
+            effects.lock().map(|effects| effects.clone()).unwrap_or_default(),
+            [(first, 7), (second, 8), (third, 9)]
+        );
+        Ok(())
     }
 
     #[tokio::test]

@@ -52,5 +52,7 @@ pub use hooks::{DlqHandler, LogDlqHandler};
 pub use inbox::{ConsumeError, Consumed, Inbox};
 pub use publisher::{EventMeta, Publisher};
 pub use sender::{Deadline, SendError, Sender};
-pub use serializer::{JsonSerializer, SerializedEvent, Serializer, UuidGenerator, UuidV7Generator};
+pub use serializer::{
+    Deserializer, JsonSerializer, SerializedEvent, Serializer, UuidGenerator, UuidV7Generator,
+};
 pub use tables::TableNames;

@@ -97,11 +97,11 @@ pub use oncebox_core::engine::{Lifecycle, StatsSnapshot, Wakers};
 pub use oncebox_core::redact;
 pub use oncebox_core::{Config, consume, event, hooks, trace};
 pub use oncebox_core::{
-    ConsumeError, Consumed, ConsumedCache, Deadline, Dialect, DlqDao, DlqHandler, DlqStatus, EngineHandle,
-    Error, ErrorKind, EventMeta, EventStatus, Headers, Inbox, InboxDao, InboxWriter, JsonSerializer,
-    NewOutboxEvent, NoCache, NoMetrics, OutboundMessage, OutboxDao, OutboxEvent, OutboxMetrics, OutboxWriter,
-    Publisher, Result, SchemaPlan, SendError, Sender, SerializedEvent, Serializer, TableNames, UuidGenerator,
-    UuidV7Generator,
+    ConsumeError, Consumed, ConsumedCache, Deadline, Deserializer, Dialect, DlqDao, DlqHandler, DlqStatus,
+    EngineHandle, Error, ErrorKind, EventMeta, EventStatus, Headers, Inbox, InboxDao, InboxWriter,
+    JsonSerializer, NewOutboxEvent, NoCache, NoMetrics, OutboundMessage, OutboxDao, OutboxEvent,
+    OutboxMetrics, OutboxWriter, Publisher, Result, SchemaPlan, SendError, Sender, SerializedEvent,
+    Serializer, TableNames, UuidGenerator, UuidV7Generator,
 };
 
 /// Publishes an event inside the function's own transaction when the function returns `Ok`.
