@@ -176,6 +176,10 @@ impl<W> Inbox<W> {
     /// themselves (e.g. a handler whose future must be `Send`): checks the cache, records `id` in
     /// `tx`, and returns `true` when the effect should run. Commit `tx` with the effect, then call
     /// [`remember`](Self::remember). Like `consume_in`, it never fills the cache itself.
+    ///
+    /// Counted in the metrics like `consume_in`: `duplicate` when it answers `false`, `consumed`
+    /// when it answers `true` (the inbox never sees the commit, so an effect that fails after a
+    /// `true` and is rolled back has been counted as consumed, and counts again when retried).
     pub async fn record_in<Tx>(&self, tx: &mut Tx, id: Uuid) -> crate::error::Result<bool>
     where
         Tx: ?Sized,
@@ -186,11 +190,9 @@ impl<W> Inbox<W> {
             return Ok(false);
         }
         let new = self.writer.record(tx, &self.consumer, id).await?;
-        if !new {
-            // Not cached: the record that made this a duplicate may be uncommitted (staged earlier
-            // in `tx`); only the caller knows when it is durable, and says so with `remember`.
-            self.count(InboxOutcome::Duplicate, 1);
-        }
+        // Not cached when a duplicate: the record that made it one may be uncommitted (staged
+        // earlier in `tx`); only the caller knows when it is durable, and says so with `remember`.
+        self.count(if new { InboxOutcome::Consumed } else { InboxOutcome::Duplicate }, 1);
         Ok(new)
     }
 
@@ -497,6 +499,41 @@ mod tests {
         drop(rolled_back);
         assert!(!store.has("billing", id));
         assert!(!cache.contains("billing", id).await);
+    }
+
+    /// Inbox counts by outcome.
+    #[derive(Default)]
+    struct CountingMetrics {
+        counts: Mutex<Vec<(String, InboxOutcome, u64)>>,
+    }
+
+    impl OutboxMetrics for CountingMetrics {
+        fn inbox(&self, consumer: &str, outcome: InboxOutcome, count: u64) {
+            if let Ok(mut counts) = self.counts.lock() {
+                counts.push((consumer.to_owned(), outcome, count));
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn record_in_counts_a_new_id_as_consumed_and_a_recorded_one_as_duplicate() {
+        let store = Arc::new(SetInbox::default());
+        let metrics = Arc::new(CountingMetrics::default());
+        let hook: Arc<dyn OutboxMetrics> = metrics.clone();
+        let inbox = inbox(&store, &Arc::new(RecordingCache::default())).with_metrics(hook);
+        let id = Uuid::now_v7();
+        let mut first = tx();
+        assert!(inbox.record_in(&mut first, id).await.unwrap_or(false));
+        store.commit(first);
+        assert!(!inbox.record_in(&mut tx(), id).await.unwrap_or(true));
+        let counts = metrics.counts.lock().map(|counts| counts.clone()).unwrap_or_default();
+        assert_eq!(
+            counts,
+            [
+                ("billing".to_owned(), InboxOutcome::Consumed, 1),
+                ("billing".to_owned(), InboxOutcome::Duplicate, 1)
+            ]
+        );
     }
 
     #[tokio::test]
