@@ -157,7 +157,7 @@ impl<W> Inbox<W> {
         W: InboxWriter<Tx>,
         F: AsyncFnOnce(&mut Tx) -> Result<R, E>,
     {
-        if !self.record_in(tx, id).await.map_err(ConsumeError::Inbox)? {
+        if !self.record_new_in(tx, id).await.map_err(ConsumeError::Inbox)? {
             return Ok(Consumed::Duplicate);
         }
         match effect(tx).await {
@@ -185,14 +185,30 @@ impl<W> Inbox<W> {
         Tx: ?Sized,
         W: InboxWriter<Tx>,
     {
+        let new = self.record_new_in(tx, id).await?;
+        if new {
+            self.count(InboxOutcome::Consumed, 1);
+        }
+        Ok(new)
+    }
+
+    /// Checks the cache and records `id` in `tx`: `true` when it is new. Counts a duplicate; the
+    /// caller counts what becomes of a new id, since only it knows (`consume_in` after the effect).
+    async fn record_new_in<Tx>(&self, tx: &mut Tx, id: Uuid) -> crate::error::Result<bool>
+    where
+        Tx: ?Sized,
+        W: InboxWriter<Tx>,
+    {
         if self.cached(id).await {
             self.count(InboxOutcome::Duplicate, 1);
             return Ok(false);
         }
         let new = self.writer.record(tx, &self.consumer, id).await?;
-        // Not cached when a duplicate: the record that made it one may be uncommitted (staged
-        // earlier in `tx`); only the caller knows when it is durable, and says so with `remember`.
-        self.count(if new { InboxOutcome::Consumed } else { InboxOutcome::Duplicate }, 1);
+        if !new {
+            // Not cached: the record that made this a duplicate may be uncommitted (staged earlier
+            // in `tx`); only the caller knows when it is durable, and says so with `remember`.
+            self.count(InboxOutcome::Duplicate, 1);
+        }
         Ok(new)
     }
 
@@ -532,6 +548,41 @@ mod tests {
             [
                 ("billing".to_owned(), InboxOutcome::Consumed, 1),
                 ("billing".to_owned(), InboxOutcome::Duplicate, 1)
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn consume_in_counts_each_outcome_once() {
+        let store = Arc::new(SetInbox::default());
+        let metrics = Arc::new(CountingMetrics::default());
+        let hook: Arc<dyn OutboxMetrics> = metrics.clone();
+        let inbox = inbox(&store, &Arc::new(RecordingCache::default())).with_metrics(hook);
+        let (applied, declined) = (Uuid::now_v7(), Uuid::now_v7());
+        let mut first = tx();
+        let outcome = inbox
+            .consume_in(&mut first, applied, async |_tx: &mut StagedTx| Ok::<_, std::io::Error>(()))
+            .await;
+        assert!(matches!(outcome, Ok(Consumed::Applied(()))));
+        store.commit(first);
+        let outcome = inbox
+            .consume_in(&mut tx(), declined, async |_tx: &mut StagedTx| {
+                Err::<(), _>(std::io::Error::other("no"))
+            })
+            .await;
+        assert!(matches!(outcome, Err(ConsumeError::Handler(_))));
+        let outcome = inbox
+            .consume_in(&mut tx(), applied, async |_tx: &mut StagedTx| Ok::<_, std::io::Error>(()))
+            .await;
+        assert!(matches!(outcome, Ok(Consumed::Duplicate)));
+        let counts = metrics.counts.lock().map(|counts| counts.clone()).unwrap_or_default();
+        let billing = |outcome| ("billing".to_owned(), outcome, 1);
+        assert_eq!(
+            counts,
+            [
+                billing(InboxOutcome::Consumed),
+                billing(InboxOutcome::Failed),
+                billing(InboxOutcome::Duplicate)
             ]
         );
     }
