@@ -36,7 +36,7 @@ use oncebox_integration_tests::{
     EVENT_TYPE, KafkaTransport, Names, Order, PgStore, RabbitTransport, Store, Transport,
 };
 use oncebox_testkit::eventually;
-use oncebox_testkit::runner::{Failed, TestResult, fail};
+use oncebox_testkit::runner::{Failed, TestResult, fail, test_server_missing};
 use sqlx::AssertSqlSafe;
 use tokio::sync::{broadcast, oneshot};
 use tokio::task::JoinHandle;
@@ -287,24 +287,15 @@ fn config(names: &Names) -> Result<Config, Failed> {
     .map_err(fail)
 }
 
-/// A server that is not configured: skipped with a note, a failure under `CI=true`.
-fn missing(test: &str, variable: &str) -> TestResult {
-    if std::env::var("CI").is_ok_and(|value| value == "true" || value == "1") {
-        return Err(fail(format!("{test}: {variable} is not set, and CI=true requires the server")));
-    }
-    eprintln!("skipped: {test}: {variable} is not set");
-    Ok(())
-}
-
 /// One broker: sets up, runs the scenario, then stops and removes everything also when it failed.
 async fn round_trip<T: EnvelopeBroker>() -> TestResult {
     let test = format!("custom_traits::postgres_{}", T::NAME);
     let names = Names::fresh(&format!("custom_{}", T::NAME));
     let Some(store) = PgStore::from_env(&names) else {
-        return missing(&test, PgStore::VARIABLE.unwrap_or_default());
+        return test_server_missing(&test, PgStore::VARIABLE.unwrap_or_default());
     };
     let Some(transport) = T::from_env() else {
-        return missing(&test, T::VARIABLE);
+        return test_server_missing(&test, T::VARIABLE);
     };
     transport.prepare(&names).await.map_err(fail)?;
     let ids = CountingIds::new();

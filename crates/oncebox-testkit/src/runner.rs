@@ -96,12 +96,26 @@ pub fn server_missing(suite: &str, variable: &str) -> ExitCode {
 /// Something a suite needs (a server, a browser, a tool) is missing, as `what` says: says so on
 /// stderr and exits successfully, unless `CI=true`, where it is a failure.
 pub fn prerequisite_missing(suite: &str, what: &str) -> ExitCode {
-    let in_ci = std::env::var("CI").is_ok_and(|value| value == "true" || value == "1");
-    if in_ci {
+    if in_ci() {
         eprintln!("FAILED: {suite}: {what}, and CI=true requires every suite to run");
         ExitCode::FAILURE
     } else {
         eprintln!("SKIPPED: {suite}: {what}");
         ExitCode::SUCCESS
     }
+}
+
+/// Whether `CI=true` (or `1`) asks every suite to run.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|value| value == "true" || value == "1")
+}
+
+/// [`server_missing`] for one test of a libtest suite: says it skipped and passes, unless
+/// `CI=true`, where the test fails naming `variable`.
+pub fn test_server_missing(test: &str, variable: &str) -> TestResult {
+    if in_ci() {
+        return Err(fail(format!("{test}: {variable} is not set, and CI=true requires the server")));
+    }
+    eprintln!("SKIPPED: {test}: {variable} is not set");
+    Ok(())
 }

@@ -425,6 +425,50 @@ pub fn init_tracing() {
         .init();
 }
 
+/// What a traffic run found: the generator prints it and writes it as JSON (`--report-json`).
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunReport {
+    /// The run's tag, the customer of every order it placed.
+    pub run: String,
+    /// Orders sent.
+    pub sent: u64,
+    /// Orders the service answered 201.
+    pub accepted: u64,
+    /// Orders refused or unanswered.
+    pub errors: u64,
+    /// Accepted orders missing from `shop_orders`.
+    pub orders_missing: u64,
+    /// Orders without an invoice, or with fewer invoice lines than lines, after the grace period.
+    pub not_invoiced: u64,
+    /// Orders with two or more invoices, or more invoice lines than lines.
+    pub invoiced_twice: u64,
+    /// The commit-to-invoice delay's median, in milliseconds.
+    pub delay_ms_p50: Option<f64>,
+    /// Its 99th percentile.
+    pub delay_ms_p99: Option<f64>,
+    /// Its maximum.
+    pub delay_ms_max: Option<f64>,
+}
+
+impl RunReport {
+    /// Whether the accounting holds: orders were accepted, and each is in the shop with exactly
+    /// one invoice and every line invoiced once.
+    pub fn ok(&self) -> bool {
+        self.accepted > 0 && self.orders_missing == 0 && self.not_invoiced == 0 && self.invoiced_twice == 0
+    }
+}
+
+/// The exit code of a service's `main`: success, or the error on stderr under the service's name.
+pub fn exit(service: &str, result: Result<(), Failure>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("{service} failed: {error}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 /// How long a service waits for in-flight work at shutdown.
 pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(20);
 

@@ -12,8 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use oncebox_example_system::RunReport;
 use oncebox_testkit::eventually;
-use oncebox_testkit::runner::{Failed, TestResult, fail};
+use oncebox_testkit::runner::{Failed, TestResult, fail, test_server_missing};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -59,15 +60,6 @@ impl Broker {
             Self::Rabbit => value.to_owned(),
         }
     }
-}
-
-/// A server the case needs is not configured: a failure under `CI=true`, a loud skip otherwise.
-fn missing(case: &str, variable: &str) -> TestResult {
-    if std::env::var("CI").is_ok_and(|value| value == "true" || value == "1") {
-        return Err(fail(format!("{case}: {variable} is not set, and CI=true requires the server")));
-    }
-    eprintln!("SKIPPED {case}: {variable} is not set");
-    Ok(())
 }
 
 /// `url` with its database replaced by `database`.
@@ -225,19 +217,6 @@ fn config(directory: &Path, service: &str, topic: &str) -> Result<PathBuf, Faile
     Ok(path)
 }
 
-/// The generator's JSON report.
-#[derive(serde::Deserialize, Debug)]
-struct Report {
-    run: String,
-    sent: u64,
-    accepted: u64,
-    errors: u64,
-    orders_missing: u64,
-    not_invoiced: u64,
-    invoiced_twice: u64,
-    delay_ms_max: Option<f64>,
-}
-
 async fn generator(args: &[&str], database_url: &str) -> Result<(Option<i32>, String), Failed> {
     let output = Command::new(GENERATOR)
         .args(args)
@@ -264,10 +243,10 @@ async fn system(db: Db, broker: Broker) -> TestResult {
         }
     );
     let Ok(server) = std::env::var(db.variable()) else {
-        return missing(&case, db.variable());
+        return test_server_missing(&case, db.variable());
     };
     let Ok(broker_value) = std::env::var(broker.variable()) else {
-        return missing(&case, broker.variable());
+        return test_server_missing(&case, broker.variable());
     };
     let database = FreshDatabase::create(db, &server).await?;
     let result = run_case(&case, &database, &broker.url(&broker_value)).await;
@@ -319,7 +298,8 @@ async fn run_case(case: &str, database: &FreshDatabase, broker_url: &str) -> Tes
     )
     .await?;
     assert_eq!(code, Some(0), "{case}: the generator's accounting failed:\n{stdout}");
-    let report: Report = serde_json::from_slice(&std::fs::read(&report_path).map_err(fail)?).map_err(fail)?;
+    let report: RunReport =
+        serde_json::from_slice(&std::fs::read(&report_path).map_err(fail)?).map_err(fail)?;
     assert!(report.accepted >= 50, "{case}: too few orders to account for: {report:?}");
     assert_eq!(report.sent, report.accepted, "{case}: {report:?}");
     assert_eq!(report.errors, 0, "{case}: {report:?}");

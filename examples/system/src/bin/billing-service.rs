@@ -19,7 +19,7 @@ use oncebox::rabbit::{RabbitListener, RabbitListenerConfig, RabbitTopology};
 use oncebox::{Config, Consumed, Dialect, Error, ErrorKind, Inbox, Lifecycle, Oncebox};
 use oncebox_example_system::{
     BILLING_CONSUMER, BrokerUrl, Database, Failure, Health, ORDER_LINE_ADDED, ORDER_PLACED, OrderLineAdded,
-    OrderPlaced, SHUTDOWN_DEADLINE, billing_schema, clock, ensure_kafka_topics, init_tracing,
+    OrderPlaced, SHUTDOWN_DEADLINE, billing_schema, clock, ensure_kafka_topics, exit, init_tracing,
     install_prometheus, ops_router, serve, shutdown_signal,
 };
 use uuid::Uuid;
@@ -53,13 +53,7 @@ struct Args {
 #[tokio::main]
 async fn main() -> ExitCode {
     init_tracing();
-    match run(Args::parse()).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("billing-service failed: {error}");
-            ExitCode::FAILURE
-        }
-    }
+    exit("billing-service", run(Args::parse()).await)
 }
 
 async fn run(args: Args) -> Result<(), Failure> {

@@ -22,8 +22,8 @@ use oncebox::rabbit::{RabbitSender, RabbitSenderConfig};
 use oncebox::{Config, EventMeta, Lifecycle, Oncebox, Sender};
 use oncebox_example_system::{
     BrokerUrl, Database, Failure, Health, NewLine, NewOrder, ORDER_LINE_ADDED, ORDER_PLACED, OrderLineAdded,
-    OrderPlaced, OrderView, SHUTDOWN_DEADLINE, clock, ensure_kafka_topics, init_tracing, install_prometheus,
-    ops_router, serve, shop_schema, shutdown_signal,
+    OrderPlaced, OrderView, SHUTDOWN_DEADLINE, clock, ensure_kafka_topics, exit, init_tracing,
+    install_prometheus, ops_router, serve, shop_schema, shutdown_signal,
 };
 use uuid::Uuid;
 
@@ -56,13 +56,7 @@ struct Args {
 #[tokio::main]
 async fn main() -> ExitCode {
     init_tracing();
-    match run(Args::parse()).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("orders-service failed: {error}");
-            ExitCode::FAILURE
-        }
-    }
+    exit("orders-service", run(Args::parse()).await)
 }
 
 async fn run(args: Args) -> Result<(), Failure> {

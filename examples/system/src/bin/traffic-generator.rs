@@ -19,8 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use oncebox_example_system::{Database, Failure, NewLine, NewOrder, OrderView};
-use serde::Serialize;
+use oncebox_example_system::{Database, Failure, NewLine, NewOrder, OrderView, RunReport};
 use tokio::sync::Semaphore;
 
 #[derive(Parser)]
@@ -70,31 +69,7 @@ async fn main() -> ExitCode {
     }
 }
 
-/// What a run found.
-#[derive(Debug, Default, Serialize)]
-struct Report {
-    run: String,
-    sent: u64,
-    accepted: u64,
-    errors: u64,
-    /// Accepted orders missing from `shop_orders`.
-    orders_missing: u64,
-    /// Orders without an invoice, or with fewer invoice lines than lines, after the grace period.
-    not_invoiced: u64,
-    /// Orders with two or more invoices, or more invoice lines than lines.
-    invoiced_twice: u64,
-    delay_ms_p50: Option<f64>,
-    delay_ms_p99: Option<f64>,
-    delay_ms_max: Option<f64>,
-}
-
-impl Report {
-    fn ok(&self) -> bool {
-        self.accepted > 0 && self.orders_missing == 0 && self.not_invoiced == 0 && self.invoiced_twice == 0
-    }
-}
-
-async fn run(args: Args) -> Result<Report, Failure> {
+async fn run(args: Args) -> Result<RunReport, Failure> {
     if !(args.rate.is_finite() && args.rate > 0.0) {
         return Err(
             format!("--rate must be a positive number of orders per second, not {}", args.rate).into()
@@ -109,7 +84,7 @@ async fn run(args: Args) -> Result<Report, Failure> {
         Some(run) => {
             let ids = ledger.orders_of(run).await?.into_keys().collect::<Vec<_>>();
             let accepted = ids.len() as u64;
-            (run.clone(), ids, Report { accepted, ..Report::default() })
+            (run.clone(), ids, RunReport { accepted, ..RunReport::default() })
         }
         None => send(&args).await?,
     };
@@ -191,7 +166,7 @@ fn percentile(values: &[f64], quantile: f64) -> Option<f64> {
 
 /// Sends orders for `--duration` at `--rate`; returns the run's tag, the accepted ids and the
 /// counts.
-async fn send(args: &Args) -> Result<(String, Vec<String>, Report), Failure> {
+async fn send(args: &Args) -> Result<(String, Vec<String>, RunReport), Failure> {
     let run = format!("traffic-{}", uuid::Uuid::new_v4().simple());
     let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build()?;
     let url = format!("{}/orders", args.orders_url.trim_end_matches('/'));
@@ -236,11 +211,11 @@ async fn send(args: &Args) -> Result<(String, Vec<String>, Report), Failure> {
     while tasks.join_next().await.is_some() {}
     println!("{}", counts.line(started.elapsed()));
     let ids = accepted.lock().map(|ids| ids.clone()).unwrap_or_default();
-    let report = Report {
+    let report = RunReport {
         sent: counts.sent.load(Ordering::SeqCst),
         accepted: counts.accepted.load(Ordering::SeqCst),
         errors: counts.errors.load(Ordering::SeqCst),
-        ..Report::default()
+        ..RunReport::default()
     };
     Ok((run, ids, report))
 }
@@ -357,9 +332,9 @@ mod tests {
 
     #[test]
     fn a_report_without_orders_is_not_ok() {
-        assert!(!Report::default().ok());
-        assert!(Report { accepted: 3, ..Report::default() }.ok());
-        assert!(!Report { accepted: 3, invoiced_twice: 1, ..Report::default() }.ok());
+        assert!(!RunReport::default().ok());
+        assert!(RunReport { accepted: 3, ..RunReport::default() }.ok());
+        assert!(!RunReport { accepted: 3, invoiced_twice: 1, ..RunReport::default() }.ok());
     }
 
     #[test]
