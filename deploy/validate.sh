@@ -13,7 +13,8 @@
 #   the orders service uses.
 #
 # Installs what it lacks (Debian's docker-compose and yamllint; check-jsonschema and
-# kubernetes-validate in a virtualenv under ~/.cache), runs every check, prints one line per check
+# kubernetes-validate, every package pinned in deploy/validate-requirements.txt, in a virtualenv
+# under ~/.cache), runs every check, prints one line per check
 # and exits non-zero if any failed. Run from anywhere: bash deploy/validate.sh
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -48,10 +49,11 @@ if [ "${#missing_debs[@]}" -gt 0 ]; then
     echo "installing ${missing_debs[*]} (Debian packages)"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing_debs[@]}" >/dev/null
 fi
-if [ ! -x "$tools/bin/check-jsonschema" ] || [ ! -x "$tools/bin/kubernetes-validate" ]; then
-    echo "installing check-jsonschema and kubernetes-validate into $tools"
-    python3 -m venv "$tools" && "$tools/bin/pip" install -q \
-        'check-jsonschema==0.39.0' 'kubernetes-validate==1.37.0'
+if ! cmp -s deploy/validate-requirements.txt "$tools/requirements.txt"; then
+    echo "installing check-jsonschema and kubernetes-validate (deploy/validate-requirements.txt) into $tools"
+    rm -rf "$tools"
+    python3 -m venv "$tools" && "$tools/bin/pip" install -q -r deploy/validate-requirements.txt &&
+        cp deploy/validate-requirements.txt "$tools/requirements.txt"
 fi
 for tool in docker-compose yamllint "$tools/bin/check-jsonschema" "$tools/bin/kubernetes-validate"; do
     if ! command -v "$tool" >/dev/null 2>&1; then
