@@ -1,0 +1,1 @@
+DELETE FROM {events} WHERE id IN ({ids})

@@ -1,0 +1,2 @@
+DELETE FROM {dlq}
+WHERE dlq_status <> 'IN_PROCESS' AND id IN ({ids})

@@ -1,0 +1,2 @@
+UPDATE {dlq} SET dlq_status = :dlq_status, updated_at = SYS_EXTRACT_UTC(SYSTIMESTAMP)
+WHERE dlq_status <> 'IN_PROCESS' AND id IN ({ids})

@@ -1,0 +1,4 @@
+SELECT id, event_type, payload, payload_type, headers, partition_key, status, attempts,
+       next_retry_at, claim_token, created_at, updated_at, processed_at, last_error
+FROM {events}
+WHERE id = :id

@@ -1,0 +1,1 @@
+DELETE FROM {consumed} WHERE consumer = :consumer AND id = :id

@@ -1,0 +1,247 @@
+//! The dead letter queue DAO: transfers lock their rows with a cursor that fetches the batch, then
+//! copy and delete by ids in the same transaction, so a row is in exactly one table at every
+//! commit.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use oncebox_core::event::{DlqCounts, DlqFilter, DlqSelection};
+use oncebox_core::{DlqDao, DlqEvent, DlqStatus, Error, ErrorKind, OutboxEvent, Result};
+use uuid::Uuid;
+
+use crate::error::OraResultExt;
+use crate::row::{Decoded, id_bytes};
+use crate::session::{Bind, Db, execute, execute_over_ids, lock, micros, query, rows, transaction};
+use crate::statements::Statements;
+
+/// [`DlqDao`] on Oracle.
+#[derive(Clone)]
+pub struct OraDlqDao {
+    pub(crate) db: Db,
+    pub(crate) statements: Arc<Statements>,
+}
+
+impl std::fmt::Debug for OraDlqDao {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OraDlqDao").field("table", &self.statements.tables.dlq()).finish()
+    }
+}
+
+impl OraDlqDao {
+    /// Runs `by_ids` over the ids of `selection` (chunked), or `by_type` for its event type, with
+    /// the DLQ status `status` bound first when given.
+    async fn by_selection(
+        &self,
+        selection: &DlqSelection,
+        pick: fn(&Statements) -> [&String; 2],
+        status: Option<DlqStatus>,
+        context: &'static str,
+    ) -> Result<u64> {
+        let statements = Arc::clone(&self.statements);
+        let selection = selection.clone();
+        self.db
+            .run(context, move |connection| {
+                transaction(connection, context, |connection| {
+                    let [by_ids, by_type] = pick(&statements);
+                    let status = status.map(DlqStatus::as_str);
+                    let mut first: Vec<Bind<'_>> = Vec::new();
+                    if let Some(status) = &status {
+                        first.push(("dlq_status", status));
+                    }
+                    match &selection {
+                        DlqSelection::Ids(ids) => {
+                            let ids: Vec<Vec<u8>> = ids.iter().copied().map(id_bytes).collect();
+                            execute_over_ids(connection, by_ids, &first, &ids, context)
+                        }
+                        DlqSelection::EventType(event_type) => {
+                            first.push(("event_type", event_type));
+                            execute(connection, by_type, &first, context)
+                        }
+                    }
+                })
+            })
+            .await
+    }
+}
+
+/// The DLQ filter's binds.
+fn filter_values(filter: &DlqFilter) -> (Option<&'static str>, Option<String>) {
+    (filter.status.map(DlqStatus::as_str), filter.event_type.clone())
+}
+
+#[async_trait]
+impl DlqDao for OraDlqDao {
+    async fn transfer_to_dlq(&self, max_rows: u32) -> Result<Vec<OutboxEvent>> {
+        if max_rows == 0 {
+            return Ok(Vec::new());
+        }
+        let statements = Arc::clone(&self.statements);
+        let context = "moving failed events to the DLQ";
+        self.db
+            .run(context, move |connection| {
+                transaction(connection, context, |connection| {
+                    let locked = lock(connection, &statements.dlq_lock_failed, &[], max_rows, context)?;
+                    // The rows move whatever they hold; one that cannot be decoded (it failed for
+                    // that reason) is only left out of the list handed back, for the DLQ handler.
+                    let decoded =
+                        Decoded::of(&locked, statements.tables.events(), |columns, id| columns.event(id))?;
+                    let ids: Vec<Vec<u8>> = decoded
+                        .rows
+                        .iter()
+                        .map(|event| id_bytes(event.id))
+                        .chain(decoded.undecodable.iter().map(|(raw, _)| raw.clone()))
+                        .collect();
+                    execute_over_ids(connection, &statements.dlq_remove_ids, &[], &ids, context)?;
+                    execute_over_ids(connection, &statements.dlq_copy_failed, &[], &ids, context)?;
+                    execute_over_ids(connection, &statements.delete_events_by_ids, &[], &ids, context)?;
+                    decoded.warn_left_out("a dead letter queue row");
+                    Ok(decoded.rows)
+                })
+            })
+            .await
+    }
+
+    async fn transfer_from_dlq(&self, max_rows: u32) -> Result<u64> {
+        if max_rows == 0 {
+            return Ok(0);
+        }
+        let statements = Arc::clone(&self.statements);
+        let context = "moving DLQ events back to the outbox";
+        self.db
+            .run(context, move |connection| {
+                transaction(connection, context, |connection| {
+                    let locked = lock(connection, &statements.dlq_lock_to_retry, &[], max_rows, context)?;
+                    let ids = locked
+                        .iter()
+                        .map(|row| row.get::<_, Vec<u8>>("ID").context(context))
+                        .collect::<Result<Vec<_>>>()?;
+                    execute_over_ids(connection, &statements.delete_events_by_ids, &[], &ids, context)?;
+                    let moved =
+                        execute_over_ids(connection, &statements.events_insert_from_dlq, &[], &ids, context)?;
+                    execute_over_ids(connection, &statements.dlq_remove_ids, &[], &ids, context)?;
+                    Ok(moved)
+                })
+            })
+            .await
+    }
+
+    async fn delete_resolved(&self, older_than: Duration, max_rows: u32) -> Result<u64> {
+        if max_rows == 0 {
+            return Ok(0);
+        }
+        let statements = Arc::clone(&self.statements);
+        let context = "deleting resolved DLQ events";
+        self.db
+            .run(context, move |connection| {
+                transaction(connection, context, |connection| {
+                    let older = micros(older_than);
+                    let limit = rows(max_rows);
+                    let binds: [Bind<'_>; 2] = [("older_than_micros", &older), ("max_rows", &limit)];
+                    execute(connection, &statements.dlq_delete_resolved, &binds, context)
+                })
+            })
+            .await
+    }
+
+    async fn get(&self, id: Uuid) -> Result<Option<DlqEvent>> {
+        let statements = Arc::clone(&self.statements);
+        let context = "reading a DLQ event";
+        self.db
+            .run(context, move |connection| {
+                let rows = query(connection, &statements.dlq_get, &[("id", &id_bytes(id))], context)?;
+                let mut decoded =
+                    Decoded::of(&rows, statements.tables.dlq(), |columns, id| columns.dlq_event(id))?;
+                if let Some((_, error)) = decoded.undecodable.pop() {
+                    return Err(error);
+                }
+                Ok(decoded.rows.pop())
+            })
+            .await
+    }
+
+    async fn list(&self, filter: &DlqFilter, offset: u64, max_rows: u32) -> Result<Vec<DlqEvent>> {
+        if max_rows == 0 {
+            return Ok(Vec::new());
+        }
+        let statements = Arc::clone(&self.statements);
+        let (status, event_type) = filter_values(filter);
+        let context = "listing DLQ events";
+        self.db
+            .run(context, move |connection| {
+                let skip = i64::try_from(offset).unwrap_or(i64::MAX);
+                let limit = rows(max_rows);
+                let binds: [Bind<'_>; 4] = [
+                    ("dlq_status", &status),
+                    ("event_type", &event_type),
+                    ("skip", &skip),
+                    ("max_rows", &limit),
+                ];
+                let rows = query(connection, &statements.dlq_list, &binds, context)?;
+                let decoded =
+                    Decoded::of(&rows, statements.tables.dlq(), |columns, id| columns.dlq_event(id))?;
+                decoded.warn_left_out("a dead letter queue row");
+                Ok(decoded.rows)
+            })
+            .await
+    }
+
+    async fn count(&self, filter: &DlqFilter) -> Result<u64> {
+        let statements = Arc::clone(&self.statements);
+        let (status, event_type) = filter_values(filter);
+        let context = "counting DLQ events";
+        self.db
+            .run(context, move |connection| {
+                let binds: [Bind<'_>; 2] = [("dlq_status", &status), ("event_type", &event_type)];
+                let count: i64 =
+                    connection.query_row_as_named(&statements.dlq_count, &binds).context(context)?;
+                Ok(u64::try_from(count).unwrap_or_default())
+            })
+            .await
+    }
+
+    async fn set_status(&self, selection: &DlqSelection, status: DlqStatus) -> Result<u64> {
+        if !status.is_settable() {
+            return Err(Error::invalid_input(format!(
+                "DLQ status {status} cannot be set; use MOVED, RESOLVED or TO_RETRY"
+            )));
+        }
+        fn pick(s: &Statements) -> [&String; 2] {
+            [&s.dlq_set_status_by_ids, &s.dlq_set_status_by_type]
+        }
+        self.by_selection(selection, pick, Some(status), "changing the status of DLQ events").await
+    }
+
+    async fn delete(&self, selection: &DlqSelection) -> Result<u64> {
+        fn pick(s: &Statements) -> [&String; 2] {
+            [&s.dlq_delete_by_ids, &s.dlq_delete_by_type]
+        }
+        self.by_selection(selection, pick, None, "deleting DLQ events").await
+    }
+
+    async fn counts(&self) -> Result<DlqCounts> {
+        let statements = Arc::clone(&self.statements);
+        let context = "counting DLQ events";
+        self.db
+            .run(context, move |connection| {
+                let table = statements.tables.dlq();
+                let mut counts = DlqCounts::default();
+                for row in query(connection, &statements.dlq_counts, &[], context)? {
+                    let (event_type, status, count): (String, String, i64) = row.get_as().context(context)?;
+                    let status = status.parse::<DlqStatus>().map_err(|_| {
+                        Error::new(
+                            ErrorKind::Decode,
+                            format!("{table}.dlq_status: unknown DLQ status '{status}'"),
+                        )
+                    })?;
+                    counts.by_type_and_status.push((
+                        event_type,
+                        status,
+                        u64::try_from(count).unwrap_or_default(),
+                    ));
+                }
+                Ok(counts)
+            })
+            .await
+    }
+}

@@ -1,0 +1,159 @@
+//! The inbox DAO: a plain insert per id, where only ORA-00001 means "already recorded".
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use oncebox_core::{Error, ErrorKind, InboxDao, Result};
+use oracle::Connection;
+use uuid::Uuid;
+
+use crate::error::{OraResultExt, database_error, is_unique_violation};
+use crate::row::{id_bytes, id_from_bytes};
+use crate::session::{Bind, Db, execute, micros, query_over_ids, rows, transaction};
+use crate::statements::Statements;
+
+/// [`InboxDao`] on Oracle.
+#[derive(Clone)]
+pub struct OraInboxDao {
+    pub(crate) db: Db,
+    pub(crate) statements: Arc<Statements>,
+}
+
+impl std::fmt::Debug for OraInboxDao {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OraInboxDao").field("table", &self.statements.tables.consumed()).finish()
+    }
+}
+
+/// Records `(consumer, id)` on `connection`; `true` when it was new. A duplicate fails only its
+/// own statement (Oracle rolls back the statement, not the transaction), so a caller's
+/// transaction goes on.
+pub(crate) fn record_on(
+    statements: &Statements,
+    connection: &Connection,
+    consumer: &str,
+    id: Uuid,
+) -> Result<bool> {
+    let id = id_bytes(id);
+    let binds: [Bind<'_>; 2] = [("consumer", &consumer), ("id", &id)];
+    match connection.execute_named(&statements.inbox_record, &binds) {
+        Ok(_) => Ok(true),
+        Err(error) if is_unique_violation(&error) => Ok(false),
+        Err(error) => Err(database_error("recording a consumed event", error)),
+    }
+}
+
+/// Records several ids on `connection`; the new ones in input order, each once.
+pub(crate) fn record_many_on(
+    statements: &Statements,
+    connection: &Connection,
+    consumer: &str,
+    ids: &[Uuid],
+) -> Result<Vec<Uuid>> {
+    let mut seen = HashSet::with_capacity(ids.len());
+    let mut new = Vec::new();
+    for &id in ids {
+        if seen.insert(id) && record_on(statements, connection, consumer, id)? {
+            new.push(id);
+        }
+    }
+    Ok(new)
+}
+
+#[async_trait]
+impl InboxDao for OraInboxDao {
+    async fn record(&self, consumer: &str, id: Uuid) -> Result<bool> {
+        let statements = Arc::clone(&self.statements);
+        let consumer = consumer.to_owned();
+        let context = "recording a consumed event";
+        self.db
+            .run(context, move |connection| {
+                transaction(connection, context, |connection| {
+                    record_on(&statements, connection, &consumer, id)
+                })
+            })
+            .await
+    }
+
+    async fn record_many(&self, consumer: &str, ids: &[Uuid]) -> Result<Vec<Uuid>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let statements = Arc::clone(&self.statements);
+        let consumer = consumer.to_owned();
+        let ids = ids.to_vec();
+        let context = "recording consumed events";
+        self.db
+            .run(context, move |connection| {
+                transaction(connection, context, |connection| {
+                    record_many_on(&statements, connection, &consumer, &ids)
+                })
+            })
+            .await
+    }
+
+    async fn forget(&self, consumer: &str, id: Uuid) -> Result<bool> {
+        let statements = Arc::clone(&self.statements);
+        let consumer = consumer.to_owned();
+        let context = "forgetting a consumed event";
+        self.db
+            .run(context, move |connection| {
+                transaction(connection, context, |connection| {
+                    let id = id_bytes(id);
+                    let binds: [Bind<'_>; 2] = [("consumer", &consumer), ("id", &id)];
+                    Ok(execute(connection, &statements.inbox_forget, &binds, context)? > 0)
+                })
+            })
+            .await
+    }
+
+    async fn consumed(&self, consumer: &str, ids: &[Uuid]) -> Result<Vec<Uuid>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let statements = Arc::clone(&self.statements);
+        let consumer = consumer.to_owned();
+        let wanted = ids.to_vec();
+        let context = "looking up consumed events";
+        self.db
+            .run(context, move |connection| {
+                let stored: Vec<Vec<u8>> = wanted.iter().copied().map(id_bytes).collect();
+                let binds: [Bind<'_>; 1] = [("consumer", &consumer)];
+                let rows = query_over_ids(connection, &statements.inbox_consumed, &binds, &stored, context)?;
+                let mut recorded = HashSet::new();
+                for row in rows {
+                    let raw: Vec<u8> = row.get("ID").context(context)?;
+                    let id = id_from_bytes(&raw).map_err(|problem| {
+                        Error::new(
+                            ErrorKind::Decode,
+                            format!("{}.id: {problem}", statements.tables.consumed()),
+                        )
+                    })?;
+                    recorded.insert(id);
+                }
+                // `remove` keeps a duplicate in the input from being reported twice.
+                Ok(wanted.into_iter().filter(|id| recorded.remove(id)).collect())
+            })
+            .await
+    }
+
+    async fn delete_older_than(&self, older_than: Duration, max_rows: u32) -> Result<u64> {
+        if max_rows == 0 {
+            return Ok(0);
+        }
+        let statements = Arc::clone(&self.statements);
+        let context = "deleting old consumed events";
+        self.db
+            .run(context, move |connection| {
+                transaction(connection, context, |connection| {
+                    let older = micros(older_than);
+                    let limit = rows(max_rows);
+                    let binds: [Bind<'_>; 2] = [("older_than_micros", &older), ("max_rows", &limit)];
+                    execute(connection, &statements.inbox_delete_older_than, &binds, context)
+                })
+            })
+            .await
+    }
+}
