@@ -1,8 +1,8 @@
 //! The whole oncebox loop, end to end. By default it needs no servers: an SQLite file database
 //! and the in-memory broker, and the default build compiles nothing else. `--database-url
-//! postgres://…` (or `mysql://…`) and `--broker amqp://…` or `--broker kafka://host:port` run the
-//! same loop against real servers; build those backends with `--features postgres,rabbit` (or
-//! `mysql`, `kafka`, `full`).
+//! postgres://…` (or `mysql://…`, or `oracle://user:password@host:port/service`) and `--broker
+//! amqp://…` or `--broker kafka://host:port` run the same loop against real servers; build those
+//! backends with `--features postgres,rabbit` (or `mysql`, `oracle`, `kafka`, `full`).
 //!
 //! 1. Orders are placed in business transactions that also publish an `order-placed` event; every
 //!    fifth transaction fails its business check and rolls back, taking its event with it.
@@ -25,6 +25,8 @@ use clap::Parser;
 use oncebox::kafka::{KafkaEvent, KafkaListener, KafkaListenerConfig, KafkaSender, KafkaSenderConfig};
 #[cfg(feature = "mysql")]
 use oncebox::mysql::MySqlDialect;
+#[cfg(feature = "oracle")]
+use oncebox::oracle::{OraDialect, OraTransaction};
 #[cfg(feature = "postgres")]
 use oncebox::postgres::PgDialect;
 #[cfg(feature = "rabbit")]
@@ -40,7 +42,8 @@ use uuid::Uuid;
 #[derive(Parser)]
 #[command(about = "Run the oncebox outbox → broker → inbox loop end to end")]
 struct Args {
-    /// `sqlite://path`, `postgres://…` or `mysql://…` (default: a fresh SQLite file in the temp dir).
+    /// `sqlite://path`, `postgres://…`, `mysql://…` or `oracle://…` (default: a fresh SQLite file in
+    /// the temp dir).
     #[arg(long)]
     database_url: Option<String>,
     /// `memory` (in-process), `amqp://…` (RabbitMQ) or `kafka://host:port` (Kafka).
@@ -225,6 +228,131 @@ shop!(
     "INSERT INTO quickstart_shipments (order_id, event_id) VALUES (?, ?)"
 );
 
+/// The Oracle shop: the `oracle` crate blocks, so the business statements run through
+/// [`OraTransaction::run`] on a blocking thread, in the transaction the publisher and the inbox
+/// write into.
+#[cfg(feature = "oracle")]
+#[derive(Clone)]
+struct OraShop {
+    dialect: OraDialect,
+}
+
+#[cfg(feature = "oracle")]
+impl OraShop {
+    /// Runs `sql` with `values` in `tx`.
+    async fn run_in(
+        tx: &OraTransaction,
+        sql: &'static str,
+        values: Vec<Box<dyn oncebox::oracle::oracle::sql_type::ToSql + Send>>,
+    ) -> Result<(), Failure> {
+        tx.run(move |connection| {
+            let binds: Vec<&dyn oncebox::oracle::oracle::sql_type::ToSql> =
+                values.iter().map(|value| value.as_ref() as _).collect();
+            connection.execute(sql, &binds).map(drop)
+        })
+        .await?;
+        Ok(())
+    }
+}
+
+#[cfg(feature = "oracle")]
+impl Shop for OraShop {
+    type Dialect = OraDialect;
+
+    async fn reset(&self) -> Result<(), Failure> {
+        let tx = self.dialect.begin().await?;
+        tx.run(|connection| {
+            for table in [
+                "quickstart_outbox_events",
+                "quickstart_outbox_dlq_events",
+                "quickstart_outbox_consumed_events",
+                "quickstart_outbox_jobs",
+                "quickstart_orders",
+                "quickstart_shipments",
+            ] {
+                // ORA-00942: the table does not exist yet.
+                match connection.execute(&format!("DROP TABLE {table} PURGE"), &[]) {
+                    Err(error) if error.oci_code() != Some(942) => return Err(error),
+                    _ => {}
+                }
+            }
+            connection.execute(
+                "CREATE TABLE quickstart_orders (id NUMBER(19) PRIMARY KEY, \
+                 customer VARCHAR2(255) NOT NULL, total_cents NUMBER(19) NOT NULL)",
+                &[],
+            )?;
+            connection.execute(
+                "CREATE TABLE quickstart_shipments (order_id NUMBER(19) PRIMARY KEY, event_id VARCHAR2(36) NOT NULL)",
+                &[],
+            )?;
+            Ok(())
+        })
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn place(
+        &self,
+        outbox: &Oncebox<OraDialect>,
+        orders: &[OrderPlaced],
+        commit: bool,
+    ) -> Result<Vec<Uuid>, Failure> {
+        let mut tx = self.dialect.begin().await?;
+        for order in orders {
+            let values: Vec<Box<dyn oncebox::oracle::oracle::sql_type::ToSql + Send>> =
+                vec![Box::new(order.order_id), Box::new(order.customer.clone()), Box::new(order.total_cents)];
+            Self::run_in(
+                &tx,
+                "INSERT INTO quickstart_orders (id, customer, total_cents) VALUES (:1, :2, :3)",
+                values,
+            )
+            .await?;
+        }
+        let ids = match orders {
+            [order] => vec![outbox.publisher().publish(&mut tx, EVENT, order).await?],
+            _ => outbox.publisher().publish_all(&mut tx, EVENT, orders).await?,
+        };
+        if commit {
+            tx.commit().await?
+        } else {
+            tx.rollback().await?
+        }
+        Ok(ids)
+    }
+
+    async fn ship(
+        &self,
+        inbox: &Inbox<Arc<<OraDialect as Dialect>::Writer>>,
+        id: Uuid,
+        order: &OrderPlaced,
+    ) -> Result<Consumed<()>, Failure> {
+        let mut tx = self.dialect.begin().await?;
+        if !inbox.record_in(&mut tx, id).await? {
+            tx.rollback().await?;
+            return Ok(Consumed::Duplicate);
+        }
+        let values: Vec<Box<dyn oncebox::oracle::oracle::sql_type::ToSql + Send>> =
+            vec![Box::new(order.order_id), Box::new(id.to_string())];
+        Self::run_in(&tx, "INSERT INTO quickstart_shipments (order_id, event_id) VALUES (:1, :2)", values)
+            .await?;
+        tx.commit().await?;
+        inbox.remember(id).await;
+        Ok(Consumed::Applied(()))
+    }
+
+    async fn shipments(&self) -> Result<i64, Failure> {
+        let tx = self.dialect.begin().await?;
+        let count = tx
+            .run(|connection| {
+                connection.query_row_as::<i64>("SELECT COUNT(*) FROM quickstart_shipments", &[])
+            })
+            .await?;
+        tx.rollback().await?;
+        Ok(count)
+    }
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -300,9 +428,18 @@ async fn run(args: Args) -> Result<bool, Failure> {
         }
         #[cfg(not(feature = "mysql"))]
         Err(feature_missing("mysql"))
+    } else if database_url.starts_with("oracle://") {
+        #[cfg(feature = "oracle")]
+        {
+            let dialect = OraDialect::connect(&database_url).await?;
+            let shop = OraShop { dialect: dialect.clone() };
+            run_with(shop, dialect, broker, args.orders).await
+        }
+        #[cfg(not(feature = "oracle"))]
+        Err(feature_missing("oracle"))
     } else {
         Err(format!(
-            "unsupported --database-url '{}': use sqlite://, postgres:// or mysql://",
+            "unsupported --database-url '{}': use sqlite://, postgres://, mysql:// or oracle://",
             shown(&database_url)
         )
         .into())

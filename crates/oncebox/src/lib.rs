@@ -129,6 +129,11 @@ pub use oncebox_postgres as postgres;
 #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub use oncebox_mysql as mysql;
 
+/// The Oracle dialect.
+#[cfg(feature = "oracle")]
+#[cfg_attr(docsrs, doc(cfg(feature = "oracle")))]
+pub use oncebox_oracle as oracle;
+
 /// Metrics through the `metrics` facade, row-count gauges and a Prometheus recorder.
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
