@@ -2,30 +2,20 @@
 //! copy and delete by ids in the same transaction, so a row is in exactly one table at every
 //! commit.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use oncebox_core::event::{DlqCounts, DlqFilter, DlqSelection};
-use oncebox_core::{DlqDao, DlqEvent, DlqStatus, Error, ErrorKind, OutboxEvent, Result};
+use oncebox_core::{DlqDao, DlqEvent, DlqStatus, Error, OutboxEvent, Result};
 use uuid::Uuid;
 
-use crate::error::OraResultExt;
-use crate::row::{Decoded, id_bytes};
-use crate::session::{Bind, Db, execute, execute_over_ids, lock, micros, query, rows, transaction};
+use crate::row::{Decoded, id_bytes, status_counts};
+use crate::session::{Bind, execute, execute_over_ids, lock, lock_ids, query, rows, store_daos};
 use crate::statements::Statements;
 
-/// [`DlqDao`] on Oracle.
-#[derive(Clone)]
-pub struct OraDlqDao {
-    pub(crate) db: Db,
-    pub(crate) statements: Arc<Statements>,
-}
-
-impl std::fmt::Debug for OraDlqDao {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OraDlqDao").field("table", &self.statements.tables.dlq()).finish()
-    }
+store_daos! {
+    /// [`DlqDao`] on Oracle.
+    OraDlqDao: dlq;
 }
 
 impl OraDlqDao {
@@ -38,28 +28,25 @@ impl OraDlqDao {
         status: Option<DlqStatus>,
         context: &'static str,
     ) -> Result<u64> {
-        let statements = Arc::clone(&self.statements);
         let selection = selection.clone();
-        self.db
-            .run(context, move |connection| {
-                transaction(connection, context, |connection| {
-                    let [by_ids, by_type] = pick(&statements);
-                    let status = status.map(DlqStatus::as_str);
-                    let mut first: Vec<Bind<'_>> = Vec::new();
-                    if let Some(status) = &status {
-                        first.push(("dlq_status", status));
+        self.0
+            .call(context, move |connection, statements, context| {
+                let [by_ids, by_type] = pick(statements);
+                let status = status.map(DlqStatus::as_str);
+                let mut first: Vec<Bind<'_>> = Vec::new();
+                if let Some(status) = &status {
+                    first.push(("dlq_status", status));
+                }
+                match &selection {
+                    DlqSelection::Ids(ids) => {
+                        let ids: Vec<Vec<u8>> = ids.iter().copied().map(id_bytes).collect();
+                        execute_over_ids(connection, by_ids, &first, &ids, context)
                     }
-                    match &selection {
-                        DlqSelection::Ids(ids) => {
-                            let ids: Vec<Vec<u8>> = ids.iter().copied().map(id_bytes).collect();
-                            execute_over_ids(connection, by_ids, &first, &ids, context)
-                        }
-                        DlqSelection::EventType(event_type) => {
-                            first.push(("event_type", event_type));
-                            execute(connection, by_type, &first, context)
-                        }
+                    DlqSelection::EventType(event_type) => {
+                        first.push(("event_type", event_type));
+                        execute(connection, by_type, &first, context)
                     }
-                })
+                }
             })
             .await
     }
@@ -76,28 +63,23 @@ impl DlqDao for OraDlqDao {
         if max_rows == 0 {
             return Ok(Vec::new());
         }
-        let statements = Arc::clone(&self.statements);
-        let context = "moving failed events to the DLQ";
-        self.db
-            .run(context, move |connection| {
-                transaction(connection, context, |connection| {
-                    let locked = lock(connection, &statements.dlq_lock_failed, &[], max_rows, context)?;
-                    // The rows move whatever they hold; one that cannot be decoded (it failed for
-                    // that reason) is only left out of the list handed back, for the DLQ handler.
-                    let decoded =
-                        Decoded::of(&locked, statements.tables.events(), |columns, id| columns.event(id))?;
-                    let ids: Vec<Vec<u8>> = decoded
-                        .rows
-                        .iter()
-                        .map(|event| id_bytes(event.id))
-                        .chain(decoded.undecodable.iter().map(|(raw, _)| raw.clone()))
-                        .collect();
-                    execute_over_ids(connection, &statements.dlq_remove_ids, &[], &ids, context)?;
-                    execute_over_ids(connection, &statements.dlq_copy_failed, &[], &ids, context)?;
-                    execute_over_ids(connection, &statements.delete_events_by_ids, &[], &ids, context)?;
-                    decoded.warn_left_out("a dead letter queue row");
-                    Ok(decoded.rows)
-                })
+        self.0
+            .call("moving failed events to the DLQ", move |connection, statements, context| {
+                let locked = lock(connection, &statements.dlq_lock_failed, &[], max_rows, context)?;
+                // The rows move whatever they hold; one that cannot be decoded (it failed for that
+                // reason) is only left out of the list handed back, for the DLQ handler.
+                let decoded =
+                    Decoded::of(&locked, statements.tables.events(), |columns, id| columns.event(id))?;
+                let ids = decoded.stored_ids();
+                for statement in [
+                    &statements.dlq_remove_ids,
+                    &statements.dlq_copy_failed,
+                    &statements.delete_events_by_ids,
+                ] {
+                    execute_over_ids(connection, statement, &[], &ids, context)?;
+                }
+                decoded.warn_left_out("a dead letter queue row");
+                Ok(decoded.rows)
             })
             .await
     }
@@ -106,56 +88,29 @@ impl DlqDao for OraDlqDao {
         if max_rows == 0 {
             return Ok(0);
         }
-        let statements = Arc::clone(&self.statements);
-        let context = "moving DLQ events back to the outbox";
-        self.db
-            .run(context, move |connection| {
-                transaction(connection, context, |connection| {
-                    let locked = lock(connection, &statements.dlq_lock_to_retry, &[], max_rows, context)?;
-                    let ids = locked
-                        .iter()
-                        .map(|row| row.get::<_, Vec<u8>>("ID").context(context))
-                        .collect::<Result<Vec<_>>>()?;
-                    execute_over_ids(connection, &statements.delete_events_by_ids, &[], &ids, context)?;
-                    let moved =
-                        execute_over_ids(connection, &statements.events_insert_from_dlq, &[], &ids, context)?;
-                    execute_over_ids(connection, &statements.dlq_remove_ids, &[], &ids, context)?;
-                    Ok(moved)
-                })
+        self.0
+            .call("moving DLQ events back to the outbox", move |connection, statements, context| {
+                let ids = lock_ids(connection, &statements.dlq_lock_to_retry, &[], max_rows, context)?;
+                execute_over_ids(connection, &statements.delete_events_by_ids, &[], &ids, context)?;
+                let moved =
+                    execute_over_ids(connection, &statements.events_insert_from_dlq, &[], &ids, context)?;
+                execute_over_ids(connection, &statements.dlq_remove_ids, &[], &ids, context)?;
+                Ok(moved)
             })
             .await
     }
 
     async fn delete_resolved(&self, older_than: Duration, max_rows: u32) -> Result<u64> {
-        if max_rows == 0 {
-            return Ok(0);
-        }
-        let statements = Arc::clone(&self.statements);
-        let context = "deleting resolved DLQ events";
-        self.db
-            .run(context, move |connection| {
-                transaction(connection, context, |connection| {
-                    let older = micros(older_than);
-                    let limit = rows(max_rows);
-                    let binds: [Bind<'_>; 2] = [("older_than_micros", &older), ("max_rows", &limit)];
-                    execute(connection, &statements.dlq_delete_resolved, &binds, context)
-                })
-            })
+        self.0
+            .delete_aged(|s| &s.dlq_delete_resolved, older_than, max_rows, "deleting resolved DLQ events")
             .await
     }
 
     async fn get(&self, id: Uuid) -> Result<Option<DlqEvent>> {
-        let statements = Arc::clone(&self.statements);
-        let context = "reading a DLQ event";
-        self.db
-            .run(context, move |connection| {
+        self.0
+            .call("reading a DLQ event", move |connection, statements, context| {
                 let rows = query(connection, &statements.dlq_get, &[("id", &id_bytes(id))], context)?;
-                let mut decoded =
-                    Decoded::of(&rows, statements.tables.dlq(), |columns, id| columns.dlq_event(id))?;
-                if let Some((_, error)) = decoded.undecodable.pop() {
-                    return Err(error);
-                }
-                Ok(decoded.rows.pop())
+                Decoded::one(&rows, statements.tables.dlq(), |columns, id| columns.dlq_event(id))
             })
             .await
     }
@@ -164,11 +119,9 @@ impl DlqDao for OraDlqDao {
         if max_rows == 0 {
             return Ok(Vec::new());
         }
-        let statements = Arc::clone(&self.statements);
         let (status, event_type) = filter_values(filter);
-        let context = "listing DLQ events";
-        self.db
-            .run(context, move |connection| {
+        self.0
+            .call("listing DLQ events", move |connection, statements, context| {
                 let skip = i64::try_from(offset).unwrap_or(i64::MAX);
                 let limit = rows(max_rows);
                 let binds: [Bind<'_>; 4] = [
@@ -187,14 +140,14 @@ impl DlqDao for OraDlqDao {
     }
 
     async fn count(&self, filter: &DlqFilter) -> Result<u64> {
-        let statements = Arc::clone(&self.statements);
         let (status, event_type) = filter_values(filter);
-        let context = "counting DLQ events";
-        self.db
-            .run(context, move |connection| {
+        self.0
+            .call("counting DLQ events", move |connection, statements, context| {
                 let binds: [Bind<'_>; 2] = [("dlq_status", &status), ("event_type", &event_type)];
-                let count: i64 =
-                    connection.query_row_as_named(&statements.dlq_count, &binds).context(context)?;
+                let count: i64 = crate::error::OraResultExt::context(
+                    connection.query_row_as_named(&statements.dlq_count, &binds),
+                    context,
+                )?;
                 Ok(u64::try_from(count).unwrap_or_default())
             })
             .await
@@ -220,27 +173,13 @@ impl DlqDao for OraDlqDao {
     }
 
     async fn counts(&self) -> Result<DlqCounts> {
-        let statements = Arc::clone(&self.statements);
-        let context = "counting DLQ events";
-        self.db
-            .run(context, move |connection| {
+        self.0
+            .call("counting DLQ events", move |connection, statements, context| {
+                let groups = query(connection, &statements.dlq_counts, &[], context)?;
                 let table = statements.tables.dlq();
-                let mut counts = DlqCounts::default();
-                for row in query(connection, &statements.dlq_counts, &[], context)? {
-                    let (event_type, status, count): (String, String, i64) = row.get_as().context(context)?;
-                    let status = status.parse::<DlqStatus>().map_err(|_| {
-                        Error::new(
-                            ErrorKind::Decode,
-                            format!("{table}.dlq_status: unknown DLQ status '{status}'"),
-                        )
-                    })?;
-                    counts.by_type_and_status.push((
-                        event_type,
-                        status,
-                        u64::try_from(count).unwrap_or_default(),
-                    ));
-                }
-                Ok(counts)
+                Ok(DlqCounts {
+                    by_type_and_status: status_counts(&groups, table, "dlq_status", "DLQ status", context)?,
+                })
             })
             .await
     }

@@ -1,7 +1,6 @@
 //! The inbox DAO: a plain insert per id, where only ORA-00001 means "already recorded".
 
 use std::collections::HashSet;
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -11,20 +10,12 @@ use uuid::Uuid;
 
 use crate::error::{OraResultExt, database_error, is_unique_violation};
 use crate::row::{id_bytes, id_from_bytes};
-use crate::session::{Bind, Db, execute, micros, query_over_ids, rows, transaction};
+use crate::session::{Bind, execute, query_over_ids, store_daos};
 use crate::statements::Statements;
 
-/// [`InboxDao`] on Oracle.
-#[derive(Clone)]
-pub struct OraInboxDao {
-    pub(crate) db: Db,
-    pub(crate) statements: Arc<Statements>,
-}
-
-impl std::fmt::Debug for OraInboxDao {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OraInboxDao").field("table", &self.statements.tables.consumed()).finish()
-    }
+store_daos! {
+    /// [`InboxDao`] on Oracle.
+    OraInboxDao: consumed;
 }
 
 /// Records `(consumer, id)` on `connection`; `true` when it was new. A duplicate fails only its
@@ -65,14 +56,10 @@ pub(crate) fn record_many_on(
 #[async_trait]
 impl InboxDao for OraInboxDao {
     async fn record(&self, consumer: &str, id: Uuid) -> Result<bool> {
-        let statements = Arc::clone(&self.statements);
         let consumer = consumer.to_owned();
-        let context = "recording a consumed event";
-        self.db
-            .run(context, move |connection| {
-                transaction(connection, context, |connection| {
-                    record_on(&statements, connection, &consumer, id)
-                })
+        self.0
+            .call("recording a consumed event", move |connection, statements, _| {
+                record_on(statements, connection, &consumer, id)
             })
             .await
     }
@@ -81,30 +68,21 @@ impl InboxDao for OraInboxDao {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let statements = Arc::clone(&self.statements);
-        let consumer = consumer.to_owned();
-        let ids = ids.to_vec();
-        let context = "recording consumed events";
-        self.db
-            .run(context, move |connection| {
-                transaction(connection, context, |connection| {
-                    record_many_on(&statements, connection, &consumer, &ids)
-                })
+        let (consumer, ids) = (consumer.to_owned(), ids.to_vec());
+        self.0
+            .call("recording consumed events", move |connection, statements, _| {
+                record_many_on(statements, connection, &consumer, &ids)
             })
             .await
     }
 
     async fn forget(&self, consumer: &str, id: Uuid) -> Result<bool> {
-        let statements = Arc::clone(&self.statements);
         let consumer = consumer.to_owned();
-        let context = "forgetting a consumed event";
-        self.db
-            .run(context, move |connection| {
-                transaction(connection, context, |connection| {
-                    let id = id_bytes(id);
-                    let binds: [Bind<'_>; 2] = [("consumer", &consumer), ("id", &id)];
-                    Ok(execute(connection, &statements.inbox_forget, &binds, context)? > 0)
-                })
+        self.0
+            .call("forgetting a consumed event", move |connection, statements, context| {
+                let id = id_bytes(id);
+                let binds: [Bind<'_>; 2] = [("consumer", &consumer), ("id", &id)];
+                Ok(execute(connection, &statements.inbox_forget, &binds, context)? > 0)
             })
             .await
     }
@@ -113,12 +91,9 @@ impl InboxDao for OraInboxDao {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let statements = Arc::clone(&self.statements);
-        let consumer = consumer.to_owned();
-        let wanted = ids.to_vec();
-        let context = "looking up consumed events";
-        self.db
-            .run(context, move |connection| {
+        let (consumer, wanted) = (consumer.to_owned(), ids.to_vec());
+        self.0
+            .call("looking up consumed events", move |connection, statements, context| {
                 let stored: Vec<Vec<u8>> = wanted.iter().copied().map(id_bytes).collect();
                 let binds: [Bind<'_>; 1] = [("consumer", &consumer)];
                 let rows = query_over_ids(connection, &statements.inbox_consumed, &binds, &stored, context)?;
@@ -140,20 +115,8 @@ impl InboxDao for OraInboxDao {
     }
 
     async fn delete_older_than(&self, older_than: Duration, max_rows: u32) -> Result<u64> {
-        if max_rows == 0 {
-            return Ok(0);
-        }
-        let statements = Arc::clone(&self.statements);
-        let context = "deleting old consumed events";
-        self.db
-            .run(context, move |connection| {
-                transaction(connection, context, |connection| {
-                    let older = micros(older_than);
-                    let limit = rows(max_rows);
-                    let binds: [Bind<'_>; 2] = [("older_than_micros", &older), ("max_rows", &limit)];
-                    execute(connection, &statements.inbox_delete_older_than, &binds, context)
-                })
-            })
+        self.0
+            .delete_aged(|s| &s.inbox_delete_older_than, older_than, max_rows, "deleting old consumed events")
             .await
     }
 }

@@ -88,7 +88,7 @@ pub use oracle;
 
 use crate::blocking::Bounded;
 use crate::error::OraResultExt;
-use crate::session::{Db, OraSource};
+use crate::session::{Db, OraSource, Store};
 use crate::statements::Statements;
 
 /// Everything the engine needs from Oracle: the DAOs, the writer and the schema.
@@ -165,24 +165,28 @@ impl OraDialect {
         Ok(OraTransaction::new(self.db.hold("beginning a transaction").await?))
     }
 
+    fn store(&self) -> Store {
+        Store { db: self.db.clone(), statements: Arc::clone(&self.statements) }
+    }
+
     /// The outbox DAO as its concrete type.
     pub fn ora_outbox_dao(&self) -> OraOutboxDao {
-        OraOutboxDao { db: self.db.clone(), statements: Arc::clone(&self.statements) }
+        OraOutboxDao(self.store())
     }
 
     /// The DLQ DAO as its concrete type.
     pub fn ora_dlq_dao(&self) -> OraDlqDao {
-        OraDlqDao { db: self.db.clone(), statements: Arc::clone(&self.statements) }
+        OraDlqDao(self.store())
     }
 
     /// The inbox DAO as its concrete type.
     pub fn ora_inbox_dao(&self) -> OraInboxDao {
-        OraInboxDao { db: self.db.clone(), statements: Arc::clone(&self.statements) }
+        OraInboxDao(self.store())
     }
 
     /// The job lock as its concrete type.
     pub fn ora_job_lock(&self) -> OraJobLock {
-        OraJobLock { db: self.db.clone(), statements: Arc::clone(&self.statements) }
+        OraJobLock(self.store())
     }
 }
 

@@ -1,34 +1,22 @@
 //! The relay's outbox DAO: claims as a locking cursor that fetches the batch and an `UPDATE` by
 //! ids in one short transaction, settles as one array-bound `UPDATE` fenced by the claim token.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::NaiveDateTime;
 use oncebox_core::event::{OutboxCounts, last_error_text};
-use oncebox_core::{
-    ClaimedBatch, Error, ErrorKind, EventStatus, OutboxDao, OutboxEvent, Result, SettleReport, Settlement,
-};
+use oncebox_core::{ClaimedBatch, EventStatus, OutboxDao, OutboxEvent, Result, SettleReport, Settlement};
 use tracing::warn;
 use uuid::Uuid;
 
 use crate::error::OraResultExt;
-use crate::row::{Decoded, id_bytes, never_sent, utc};
-use crate::session::{Db, execute, execute_over_ids, lock, micros, query, rows, transaction};
-use crate::statements::Statements;
+use crate::row::{Decoded, id_bytes, never_sent, status_counts, utc};
+use crate::session::{Bind, execute, execute_over_ids, lock, lock_ids, micros, query, store_daos};
 
-/// [`OutboxDao`] on Oracle.
-#[derive(Clone)]
-pub struct OraOutboxDao {
-    pub(crate) db: Db,
-    pub(crate) statements: Arc<Statements>,
-}
-
-impl std::fmt::Debug for OraOutboxDao {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OraOutboxDao").field("table", &self.statements.tables.events()).finish()
-    }
+store_daos! {
+    /// [`OutboxDao`] on Oracle.
+    OraOutboxDao: events;
 }
 
 /// A settlement as bound: id, status, retry delay in microseconds, error text.
@@ -53,44 +41,35 @@ impl OutboxDao for OraOutboxDao {
         if max_rows == 0 {
             return Ok(batch);
         }
-        let statements = Arc::clone(&self.statements);
         let kind = event_type.to_owned();
-        let context = format!("claiming {event_type}");
         batch.events = self
-            .db
-            .run(&context.clone(), move |connection| {
-                transaction(connection, &context, |connection| {
-                    let rows = lock(connection, &statements.claim_lock, &[("event_type", &kind)], max_rows, &context)?;
-                    let Some(first) = rows.first() else {
-                        return Ok(Vec::new());
-                    };
-                    let claimed_at: NaiveDateTime = first.get("CLAIMED_AT").context(&context)?;
-                    // Each row on its own: one that cannot be read is claimed with the others and
-                    // given up on in the same transaction, and the others are sent.
-                    let decoded = Decoded::of(&rows, statements.tables.events(), |columns, id| columns.event(id))?;
-                    let token = id_bytes(claim_token);
-                    let ids: Vec<Vec<u8>> = decoded
-                        .rows
-                        .iter()
-                        .map(|event| id_bytes(event.id))
-                        .chain(decoded.undecodable.iter().map(|(raw, _)| raw.clone()))
-                        .collect();
-                    let first = [("claim_token", &token as _), ("claimed_at", &claimed_at as _)];
-                    execute_over_ids(connection, &statements.claim_update, &first, &ids, &context)?;
-                    for (raw, error) in &decoded.undecodable {
-                        warn!(event_type = %kind, %error, "claimed an outbox row that cannot be decoded; marked FAILED");
-                        let text = never_sent(error);
-                        let binds = [("last_error", &text as _), ("id", raw as _), ("claim_token", &token as _)];
-                        execute(connection, &statements.fail_undecodable, &binds, &context)?;
-                    }
-                    let mut events = decoded.rows;
-                    for event in &mut events {
-                        event.status = EventStatus::InProcess;
-                        event.claim_token = Some(claim_token);
-                        event.updated_at = utc(claimed_at);
-                    }
-                    Ok(events)
-                })
+            .0
+            .call(format!("claiming {event_type}"), move |connection, statements, context| {
+                let rows = lock(connection, &statements.claim_lock, &[("event_type", &kind)], max_rows, context)?;
+                let Some(first) = rows.first() else {
+                    return Ok(Vec::new());
+                };
+                let claimed_at: NaiveDateTime = first.get("CLAIMED_AT").context(context)?;
+                // Each row on its own: one that cannot be read is claimed with the others and
+                // given up on in the same transaction, and the others are sent.
+                let decoded = Decoded::of(&rows, statements.tables.events(), |columns, id| columns.event(id))?;
+                let token = id_bytes(claim_token);
+                let ids = decoded.stored_ids();
+                let first: [Bind<'_>; 2] = [("claim_token", &token), ("claimed_at", &claimed_at)];
+                execute_over_ids(connection, &statements.claim_update, &first, &ids, context)?;
+                for (raw, error) in &decoded.undecodable {
+                    warn!(event_type = %kind, %error, "claimed an outbox row that cannot be decoded; marked FAILED");
+                    let text = never_sent(error);
+                    let binds: [Bind<'_>; 3] = [("last_error", &text), ("id", raw), ("claim_token", &token)];
+                    execute(connection, &statements.fail_undecodable, &binds, context)?;
+                }
+                let mut events = decoded.rows;
+                for event in &mut events {
+                    event.status = EventStatus::InProcess;
+                    event.claim_token = Some(claim_token);
+                    event.updated_at = utc(claimed_at);
+                }
+                Ok(events)
             })
             .await?;
         Ok(batch)
@@ -100,34 +79,31 @@ impl OutboxDao for OraOutboxDao {
         if settlements.is_empty() {
             return Ok(SettleReport::default());
         }
-        let statements = Arc::clone(&self.statements);
         let token = id_bytes(batch.claim_token);
         let outcomes: Vec<SettleRow> = settlements.iter().map(settle_row).collect();
         let context = format!("settling a batch of {}", batch.event_type);
         let settled = self
-            .db
-            .run(&context.clone(), move |connection| {
-                transaction(connection, &context, |connection| {
-                    // One execution of an array-bound statement: atomic, one round trip.
-                    let mut update = connection
-                        .batch(&statements.settle, outcomes.len())
-                        .with_row_counts()
-                        .build()
-                        .context(&context)?;
-                    for (id, status, delay, error) in &outcomes {
-                        update
-                            .append_row_named(&[
-                                ("status", status),
-                                ("delay_micros", delay),
-                                ("last_error", error),
-                                ("id", id),
-                                ("claim_token", &token),
-                            ])
-                            .context(&context)?;
-                    }
-                    update.execute().context(&context)?;
-                    Ok(update.row_counts().context(&context)?.iter().sum::<u64>())
-                })
+            .0
+            .call(context, move |connection, statements, context| {
+                // One execution of an array-bound statement: atomic, one round trip.
+                let mut update = connection
+                    .batch(&statements.settle, outcomes.len())
+                    .with_row_counts()
+                    .build()
+                    .context(context)?;
+                for (id, status, delay, error) in &outcomes {
+                    update
+                        .append_row_named(&[
+                            ("status", status),
+                            ("delay_micros", delay),
+                            ("last_error", error),
+                            ("id", id),
+                            ("claim_token", &token),
+                        ])
+                        .context(context)?;
+                }
+                update.execute().context(context)?;
+                Ok(update.row_counts().context(context)?.iter().sum::<u64>())
             })
             .await?;
         let total = settlements.len() as u64;
@@ -138,93 +114,62 @@ impl OutboxDao for OraOutboxDao {
         if max_rows == 0 {
             return Ok(0);
         }
-        let statements = Arc::clone(&self.statements);
-        let context = "recovering stuck events";
-        self.db
-            .run(context, move |connection| {
-                transaction(connection, context, |connection| {
-                    let older = micros(older_than);
-                    let locked = lock(
-                        connection,
-                        &statements.recover_lock,
-                        &[("older_than_micros", &older)],
-                        max_rows,
-                        context,
-                    )?;
-                    let ids = locked
-                        .iter()
-                        .map(|row| row.get::<_, Vec<u8>>("ID").context(context))
-                        .collect::<Result<Vec<_>>>()?;
-                    let limit = i64::from(max_recoveries);
-                    execute_over_ids(
-                        connection,
-                        &statements.recover_update,
-                        &[("max_recoveries", &limit)],
-                        &ids,
-                        context,
-                    )
-                })
+        self.0
+            .call("recovering stuck events", move |connection, statements, context| {
+                let older = micros(older_than);
+                let ids = lock_ids(
+                    connection,
+                    &statements.recover_lock,
+                    &[("older_than_micros", &older)],
+                    max_rows,
+                    context,
+                )?;
+                let limit = i64::from(max_recoveries);
+                execute_over_ids(
+                    connection,
+                    &statements.recover_update,
+                    &[("max_recoveries", &limit)],
+                    &ids,
+                    context,
+                )
             })
             .await
     }
 
     async fn delete_processed(&self, older_than: Duration, max_rows: u32) -> Result<u64> {
-        if max_rows == 0 {
-            return Ok(0);
-        }
-        let statements = Arc::clone(&self.statements);
-        let context = "deleting processed events";
-        self.db
-            .run(context, move |connection| {
-                transaction(connection, context, |connection| {
-                    let binds =
-                        [("older_than_micros", &micros(older_than) as _), ("max_rows", &rows(max_rows) as _)];
-                    execute(connection, &statements.delete_processed, &binds, context)
-                })
-            })
-            .await
+        self.0.delete_aged(|s| &s.delete_processed, older_than, max_rows, "deleting processed events").await
     }
 
     async fn get(&self, id: Uuid) -> Result<Option<OutboxEvent>> {
-        let statements = Arc::clone(&self.statements);
-        let context = "reading an outbox event";
-        self.db
-            .run(context, move |connection| {
+        self.0
+            .call("reading an outbox event", move |connection, statements, context| {
                 let rows = query(connection, &statements.get_event, &[("id", &id_bytes(id))], context)?;
-                let mut decoded =
-                    Decoded::of(&rows, statements.tables.events(), |columns, id| columns.event(id))?;
-                if let Some((_, error)) = decoded.undecodable.pop() {
-                    return Err(error);
-                }
-                Ok(decoded.rows.pop())
+                Decoded::one(&rows, statements.tables.events(), |columns, id| columns.event(id))
             })
             .await
     }
 
     async fn counts(&self) -> Result<OutboxCounts> {
-        let statements = Arc::clone(&self.statements);
-        let context = "counting outbox events";
-        self.db
-            .run(context, move |connection| {
-                let table = statements.tables.events();
-                let mut counts = OutboxCounts::default();
-                for row in query(connection, &statements.count_events, &[], context)? {
-                    let (event_type, status, count): (String, String, i64) = row.get_as().context(context)?;
-                    let status = status.parse::<EventStatus>().map_err(|_| {
-                        Error::new(ErrorKind::Decode, format!("{table}.status: unknown status '{status}'"))
-                    })?;
-                    counts.by_type_and_status.push((
-                        event_type,
-                        status,
-                        u64::try_from(count).unwrap_or_default(),
-                    ));
-                }
+        self.0
+            .call("counting outbox events", move |connection, statements, context| {
+                let groups = query(connection, &statements.count_events, &[], context)?;
+                let mut counts = OutboxCounts {
+                    by_type_and_status: status_counts(
+                        &groups,
+                        statements.tables.events(),
+                        "status",
+                        "status",
+                        context,
+                    )?,
+                    oldest_pending: Vec::new(),
+                };
                 for row in query(connection, &statements.oldest_pending, &[], context)? {
                     let (event_type, oldest, now): (String, NaiveDateTime, NaiveDateTime) =
                         row.get_as().context(context)?;
                     // A row written a moment "after" the database's now (a clock step) is 0 ms old.
                     let age = (now - oldest).to_std().unwrap_or_default();
-                    counts.oldest_pending.push((event_type, Duration::from_millis(age.as_millis() as u64)));
+                    let millis = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
+                    counts.oldest_pending.push((event_type, Duration::from_millis(millis)));
                 }
                 Ok(counts)
             })

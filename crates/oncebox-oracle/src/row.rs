@@ -8,6 +8,8 @@ use oracle::Row;
 use oracle::sql_type::FromSql;
 use uuid::Uuid;
 
+use crate::error::OraResultExt;
+
 /// The stored form of an id: its 16 bytes, most significant first (as MySQL's `BINARY(16)` and
 /// PostgreSQL's `uuid` wire format).
 pub(crate) fn id_bytes(id: Uuid) -> Vec<u8> {
@@ -145,12 +147,53 @@ impl<T> Decoded<T> {
         Ok(decoded)
     }
 
+    /// The one row a look-up by id read, if any; a row that does not decode is an error.
+    pub(crate) fn one(
+        rows: &[Row],
+        table: &str,
+        decode: impl Fn(&Columns<'_>, Uuid) -> Result<T>,
+    ) -> Result<Option<T>> {
+        let mut decoded = Self::of(rows, table, decode)?;
+        match decoded.undecodable.pop() {
+            Some((_, error)) => Err(error),
+            None => Ok(decoded.rows.pop()),
+        }
+    }
+
     /// Logs the rows left out: they stay where they are, for a person to fix or delete, and one
     /// bad row does not hide the rest.
     pub(crate) fn warn_left_out(&self, what: &str) {
         for (_, error) in &self.undecodable {
             tracing::warn!(%error, "{what} cannot be decoded; left out of the result");
         }
+    }
+}
+
+/// The groups of a count query (`event_type`, a status column, `row_count`), the status parsed;
+/// `noun` names the kind of status in the error for one the library does not know.
+pub(crate) fn status_counts<S: std::str::FromStr>(
+    rows: &[Row],
+    table: &str,
+    column: &str,
+    noun: &str,
+    context: &str,
+) -> Result<Vec<(String, S, u64)>> {
+    rows.iter()
+        .map(|row| {
+            let (event_type, status, count): (String, String, i64) = row.get_as().context(context)?;
+            let parsed = status.parse().map_err(|_| {
+                Error::new(ErrorKind::Decode, format!("{table}.{column}: unknown {noun} '{status}'"))
+            })?;
+            Ok((event_type, parsed, u64::try_from(count).unwrap_or_default()))
+        })
+        .collect()
+}
+
+impl Decoded<OutboxEvent> {
+    /// The stored ids of every row read: the decoded rows, then the undecodable ones.
+    pub(crate) fn stored_ids(&self) -> Vec<Vec<u8>> {
+        let decoded = self.rows.iter().map(|event| id_bytes(event.id));
+        decoded.chain(self.undecodable.iter().map(|(raw, _)| raw.clone())).collect()
     }
 }
 

@@ -2,6 +2,7 @@
 //! call, and the few ways a statement is run (named binds only, id lists split at
 //! [`MAX_IDS`](crate::statements::MAX_IDS), locking cursors that fetch only what they may lock).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use oncebox_core::Result;
@@ -10,7 +11,7 @@ use oracle::{Connection, Row};
 
 use crate::blocking::{Bounded, Source};
 use crate::error::OraResultExt;
-use crate::statements::{MAX_IDS, id_names, with_ids};
+use crate::statements::{MAX_IDS, Statements, id_names, with_ids};
 
 /// A named bind: the placeholder's name without the colon, and its value.
 pub(crate) type Bind<'a> = (&'a str, &'a dyn ToSql);
@@ -90,11 +91,22 @@ pub(crate) fn lock(
     rows.take(wanted).map(|row| row.context(context)).collect()
 }
 
-/// The binds of `first` followed by an id list.
-fn with_id_binds<'a>(first: &[Bind<'a>], names: &'a [String], ids: &'a [Vec<u8>]) -> Vec<Bind<'a>> {
-    let mut binds = first.to_vec();
-    binds.extend(names.iter().map(String::as_str).zip(ids.iter().map(|id| id as &dyn ToSql)));
-    binds
+/// Runs `each` once per chunk of `ids` (at most [`MAX_IDS`]) with `template`'s `{ids}` filled in
+/// and the binds of `first` followed by the chunk's ids.
+fn over_ids<R>(
+    template: &str,
+    first: &[Bind<'_>],
+    ids: &[Vec<u8>],
+    mut each: impl FnMut(&str, &[Bind<'_>]) -> Result<R>,
+) -> Result<Vec<R>> {
+    ids.chunks(MAX_IDS)
+        .map(|chunk| {
+            let names = id_names(chunk.len());
+            let mut binds = first.to_vec();
+            binds.extend(names.iter().map(String::as_str).zip(chunk.iter().map(|id| id as &dyn ToSql)));
+            each(&with_ids(template, chunk.len()), &binds)
+        })
+        .collect()
 }
 
 /// Runs `template` (with `{ids}`) once per chunk of `ids`, adding up the rows changed.
@@ -105,17 +117,8 @@ pub(crate) fn execute_over_ids(
     ids: &[Vec<u8>],
     context: &str,
 ) -> Result<u64> {
-    let mut changed = 0;
-    for chunk in ids.chunks(MAX_IDS) {
-        let names = id_names(chunk.len());
-        changed += execute(
-            connection,
-            &with_ids(template, chunk.len()),
-            &with_id_binds(first, &names, chunk),
-            context,
-        )?;
-    }
-    Ok(changed)
+    let changed = over_ids(template, first, ids, |sql, binds| execute(connection, sql, binds, context))?;
+    Ok(changed.into_iter().sum())
 }
 
 /// Runs the query `template` (with `{ids}`) once per chunk of `ids`, collecting the rows.
@@ -126,18 +129,84 @@ pub(crate) fn query_over_ids(
     ids: &[Vec<u8>],
     context: &str,
 ) -> Result<Vec<Row>> {
-    let mut rows = Vec::new();
-    for chunk in ids.chunks(MAX_IDS) {
-        let names = id_names(chunk.len());
-        rows.extend(query(
-            connection,
-            &with_ids(template, chunk.len()),
-            &with_id_binds(first, &names, chunk),
-            context,
-        )?);
-    }
-    Ok(rows)
+    let rows = over_ids(template, first, ids, |sql, binds| query(connection, sql, binds, context))?;
+    Ok(rows.into_iter().flatten().collect())
 }
+
+/// The ids of the rows a locking cursor (see [`lock`]) fetched: column `id`, as stored.
+pub(crate) fn lock_ids(
+    connection: &Connection,
+    sql: &str,
+    binds: &[Bind<'_>],
+    max_rows: u32,
+    context: &str,
+) -> Result<Vec<Vec<u8>>> {
+    lock(connection, sql, binds, max_rows, context)?
+        .iter()
+        .map(|row| row.get::<_, Vec<u8>>("ID").context(context))
+        .collect()
+}
+
+/// What every DAO holds: the bounded runner and the statements for its tables.
+#[derive(Clone)]
+pub(crate) struct Store {
+    pub(crate) db: Db,
+    pub(crate) statements: Arc<Statements>,
+}
+
+impl Store {
+    /// Runs `work` as one transaction on a blocking thread, handing it the statements and the
+    /// context (what is being done, for errors).
+    pub(crate) async fn call<T, F>(&self, context: impl Into<String>, work: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, &Statements, &str) -> Result<T> + Send + 'static,
+    {
+        let statements = Arc::clone(&self.statements);
+        let context = context.into();
+        self.db
+            .run(&context.clone(), move |connection| {
+                transaction(connection, &context, |connection| work(connection, &statements, &context))
+            })
+            .await
+    }
+
+    /// Deletes up to `max_rows` rows older than `older_than` with the statement `pick` chooses
+    /// (the clean-ups: its binds are `:older_than_micros` and `:max_rows`).
+    pub(crate) async fn delete_aged(
+        &self,
+        pick: fn(&Statements) -> &str,
+        older_than: Duration,
+        max_rows: u32,
+        context: &'static str,
+    ) -> Result<u64> {
+        if max_rows == 0 {
+            return Ok(0);
+        }
+        self.call(context, move |connection, statements, context| {
+            let (older, limit) = (micros(older_than), rows(max_rows));
+            let binds: [Bind<'_>; 2] = [("older_than_micros", &older), ("max_rows", &limit)];
+            execute(connection, pick(statements), &binds, context)
+        })
+        .await
+    }
+}
+
+/// Declares the DAO types over a [`Store`], each shown by `Debug` with its table.
+macro_rules! store_daos {
+    ($($(#[$doc:meta])* $dao:ident: $table:ident;)*) => {$(
+        $(#[$doc])*
+        #[derive(Clone)]
+        pub struct $dao(pub(crate) crate::session::Store);
+
+        impl std::fmt::Debug for $dao {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($dao)).field("table", &self.0.statements.tables.$table()).finish()
+            }
+        }
+    )*};
+}
+pub(crate) use store_daos;
 
 /// A span in whole microseconds, as the statements bind it (saturating).
 pub(crate) fn micros(span: Duration) -> i64 {

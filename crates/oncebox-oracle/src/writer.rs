@@ -64,23 +64,18 @@ impl OraTransaction {
     }
 
     /// Commits, and gives the connection back to the pool.
-    pub async fn commit(mut self) -> Result<()> {
-        let held = self.held.take();
-        match held {
-            Some(held) => {
-                held.run("committing", |connection| connection.commit().context("committing")).await
-            }
-            None => Ok(()),
-        }
+    pub async fn commit(self) -> Result<()> {
+        self.end("committing", Connection::commit).await
     }
 
     /// Rolls back, and gives the connection back to the pool.
-    pub async fn rollback(mut self) -> Result<()> {
-        let held = self.held.take();
-        match held {
-            Some(held) => {
-                held.run("rolling back", |connection| connection.rollback().context("rolling back")).await
-            }
+    pub async fn rollback(self) -> Result<()> {
+        self.end("rolling back", Connection::rollback).await
+    }
+
+    async fn end(mut self, context: &'static str, how: fn(&Connection) -> oracle::Result<()>) -> Result<()> {
+        match self.held.take() {
+            Some(held) => held.run(context, move |connection| how(connection).context(context)).await,
             None => Ok(()),
         }
     }
