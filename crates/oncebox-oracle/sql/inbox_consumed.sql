@@ -1,3 +1,3 @@
 -- Which of the listed ids are recorded for one consumer.
 SELECT id FROM {consumed}
-WHERE consumer = :consumer AND id IN ({ids})
+WHERE consumer = CAST(:consumer AS VARCHAR2(255 CHAR)) AND id IN ({ids})

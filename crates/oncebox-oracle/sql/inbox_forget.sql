@@ -1,1 +1,1 @@
-DELETE FROM {consumed} WHERE consumer = :consumer AND id = :id
+DELETE FROM {consumed} WHERE consumer = CAST(:consumer AS VARCHAR2(255 CHAR)) AND id = :id

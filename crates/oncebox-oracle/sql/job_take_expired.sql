@@ -4,4 +4,4 @@ UPDATE {jobs}
 SET locked_until = SYS_EXTRACT_UTC(SYSTIMESTAMP) + NUMTODSINTERVAL(:at_most_micros / 1000000, 'SECOND'),
     locked_at = SYS_EXTRACT_UTC(SYSTIMESTAMP),
     locked_by = :owner
-WHERE name = :name AND locked_until <= SYS_EXTRACT_UTC(SYSTIMESTAMP)
+WHERE name = CAST(:name AS VARCHAR2(255 CHAR)) AND locked_until <= SYS_EXTRACT_UTC(SYSTIMESTAMP)

@@ -2,4 +2,4 @@
 UPDATE {jobs}
 SET locked_until = GREATEST(SYS_EXTRACT_UTC(SYSTIMESTAMP),
                             locked_at + NUMTODSINTERVAL(:at_least_micros / 1000000, 'SECOND'))
-WHERE name = :name AND locked_by = :owner
+WHERE name = CAST(:name AS VARCHAR2(255 CHAR)) AND locked_by = :owner

@@ -50,7 +50,7 @@
 //! |---|---|
 //! | claim | one transaction: a `FOR UPDATE SKIP LOCKED` cursor fetching the batch, then `UPDATE … WHERE id IN (…)` |
 //! | settle | one array-bound `UPDATE` per batch, fenced by the claim token |
-//! | batch publish | one array-bound `INSERT` (one round trip) |
+//! | batch publish | one array-bound `INSERT` (payloads and headers as temporary LOBs) |
 //! | caller transactions | [`OraTransaction`], from [`OraDialect::begin`] |
 //! | blocking calls | on tokio's blocking threads, bounded by the pool size, with a call timeout |
 //! | instances | any number, on one table |
@@ -121,6 +121,10 @@ impl OraDialect {
                 options.connect_string.as_str(),
             )
             .max_connections(options.max_connections)
+            // The bound keeps the library's own calls within the pool; a caller's work on
+            // `pool()` beside it waits for a connection (up to the call timeout) instead of
+            // failing at once with ORA-24418.
+            .get_mode(oracle::pool::GetMode::TimedWait(options.call_timeout.unwrap_or(DEFAULT_CALL_TIMEOUT)))
             .build()
             .context(context)?;
             pool.get().context(context)?.ping().context(context)?;

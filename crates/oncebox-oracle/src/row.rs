@@ -56,7 +56,10 @@ impl<'r> Columns<'r> {
         let raw: Vec<u8> = row.get("ID").map_err(|error| {
             Error::new(ErrorKind::Decode, format!("{table}.id could not be read")).with_source(error)
         })?;
-        let shown_id: String = raw.iter().map(|byte| format!("{byte:02x}")).collect();
+        // The hyphenated UUID, as every other message names an event; raw hex when it is none.
+        let shown_id = Uuid::from_slice(&raw)
+            .map(|id| id.to_string())
+            .unwrap_or_else(|_| raw.iter().map(|byte| format!("{byte:02x}")).collect());
         let columns = Self { row, table, shown_id };
         let id = id_from_bytes(&raw).map_err(|problem| columns.bad("id", problem));
         Ok((columns, raw, id))

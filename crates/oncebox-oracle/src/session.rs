@@ -13,6 +13,9 @@ use crate::blocking::{Bounded, Source};
 use crate::error::OraResultExt;
 use crate::statements::{MAX_IDS, Statements, id_names, with_ids};
 
+/// The largest fetch array and prefetch of a locking cursor.
+const MAX_FETCH_ARRAY: u32 = 500;
+
 /// A named bind: the placeholder's name without the colon, and its value.
 pub(crate) type Bind<'a> = (&'a str, &'a dyn ToSql);
 
@@ -83,7 +86,9 @@ pub(crate) fn lock(
     max_rows: u32,
     context: &str,
 ) -> Result<Vec<Row>> {
-    let size = max_rows.max(1);
+    // Capped, so a very large limit does not allocate one huge fetch buffer; past the cap the
+    // last fetch may lock up to that many rows more, held only until the short transaction ends.
+    let size = max_rows.clamp(1, MAX_FETCH_ARRAY);
     let mut statement =
         connection.statement(sql).fetch_array_size(size).prefetch_rows(size).build().context(context)?;
     let rows = statement.query_named(binds).context(context)?;

@@ -142,6 +142,20 @@ mod tests {
     }
 
     #[test]
+    fn publishing_works_on_a_table_from_before_recoveries() {
+        // The conformance case drops `recoveries` and publishes before create_schema adds it.
+        assert!(!code(&shop().insert_events).contains("recoveries"));
+    }
+
+    #[test]
+    fn indexed_text_lookups_cast_the_nvarchar_bind() {
+        let statements = shop();
+        for sql in [&statements.claim_lock, &statements.inbox_consumed, &statements.job_take_expired] {
+            assert!(sql.contains("CAST(:") && sql.contains("AS VARCHAR2(255 CHAR))"), "{sql}");
+        }
+    }
+
+    #[test]
     fn id_lists_are_named_placeholders() {
         assert_eq!(
             with_ids("DELETE FROM t WHERE id IN ({ids})", 3),
