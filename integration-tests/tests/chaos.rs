@@ -153,7 +153,7 @@ impl Command {
                 return ExitCode::FAILURE;
             }
         };
-        let ci = std::env::var("CI").is_ok_and(|value| value == "true");
+        let ci = oncebox_testkit::runner::in_ci();
         eprintln!(
             "chaos {}: seed {seed} (replay with --seed {seed}); pairs {}",
             self.profile.name,

@@ -29,7 +29,7 @@ const CALL: Duration = Duration::from_secs(10);
 fn bootstrap() -> Option<String> {
     match std::env::var("ONCEBOX_KAFKA_BOOTSTRAP") {
         Ok(bootstrap) => Some(bootstrap),
-        Err(_) if std::env::var("CI").is_ok_and(|value| value == "true") => {
+        Err(_) if oncebox_testkit::runner::in_ci() => {
             panic!("ONCEBOX_KAFKA_BOOTSTRAP is not set; CI needs the Kafka-protocol broker")
         }
         Err(_) => {

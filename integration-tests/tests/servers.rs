@@ -21,7 +21,7 @@ async fn created<S>(
 ) -> Result<Option<S>, Box<dyn Error>> {
     match create.await {
         Ok(server) => Ok(Some(server)),
-        Err(error) if std::env::var("CI").is_ok_and(|value| value == "true") => Err(error.into()),
+        Err(error) if oncebox_testkit::runner::in_ci() => Err(error.into()),
         Err(error) => {
             eprintln!("SKIPPED: a private {what} cannot be created here: {error}");
             Ok(None)

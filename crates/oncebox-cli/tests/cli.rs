@@ -402,7 +402,7 @@ async fn check_config_prints_each_event_type_or_names_the_wrong_key(_: Arc<Backe
 }
 
 fn main() -> ExitCode {
-    let in_ci = std::env::var("CI").is_ok_and(|value| value == "true" || value == "1");
+    let in_ci = oncebox_testkit::runner::in_ci();
     let directory = std::env::temp_dir().join(format!("oncebox-cli-sqlite-{}", Uuid::now_v7()));
     if let Err(error) = std::fs::create_dir_all(&directory) {
         eprintln!("FAILED: {SUITE}: cannot create {}: {error}", directory.display());

@@ -387,7 +387,7 @@ impl PrivateBroker {
         let child = match spawned {
             Ok(child) => child,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                if std::env::var("CI").is_ok_and(|value| value == "true" || value == "1") {
+                if oncebox_testkit::runner::in_ci() {
                     return Err(fail(
                         "`tansu` is not on the PATH, and CI=true requires the broker-outage test",
                     ));

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use oncebox_core::{Error, ErrorKind, Result};
+use oncebox_testkit::runner::in_ci;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
@@ -18,10 +19,6 @@ use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
 /// The variable naming the broker under test.
 pub const VARIABLE: &str = "ONCEBOX_KAFKA_BOOTSTRAP";
-
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|value| value == "true" || value == "1")
-}
 
 /// The bootstrap address: `ONCEBOX_KAFKA_BOOTSTRAP`, or `127.0.0.1:9092` under `CI=true`.
 pub fn bootstrap() -> Option<String> {
