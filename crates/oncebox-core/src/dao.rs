@@ -9,6 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use uuid::Uuid;
 
+use crate::activity::PollerActivity;
 use crate::error::Result;
 use crate::event::{
     ClaimedBatch, DlqCounts, DlqEvent, DlqFilter, DlqSelection, DlqStatus, JobLease, NewOutboxEvent,
@@ -225,6 +226,12 @@ pub trait Dialect: Send + Sync + 'static {
     /// Wake-up hints, when the database can send them.
     async fn wake_source(&self) -> Result<Option<Box<dyn WakeSource>>> {
         Ok(None)
+    }
+
+    /// The awake marks this dialect's writer consults before it signals a wake-up, for the engine
+    /// to keep ([`crate::activity`]); `None` for a dialect whose writer signals nothing.
+    fn poller_activity(&self) -> Option<Arc<PollerActivity>> {
+        None
     }
 }
 

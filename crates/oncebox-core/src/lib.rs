@@ -17,6 +17,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod activity;
 pub mod config;
 pub mod consume;
 pub mod dao;

@@ -9,7 +9,13 @@ use crate::config::Polling;
 pub enum RunResult {
     /// A whole batch was processed and at least part of it succeeded: more work is likely waiting.
     Full,
-    /// Fewer rows than the batch size, nothing at all, a batch that failed entirely, or an error.
+    /// An event poller delivered events but emptied what was due: the type is receiving events,
+    /// so the next poll comes after the minimum delay instead of a grown one. Without this a
+    /// steady trickle of events (every poll finding some, none finding a full batch) would grow
+    /// the delay to its maximum, and with wake-ups off every event would wait up to that long.
+    Partial,
+    /// Nothing at all, a batch that failed entirely, an error, or a job's run that did not fill
+    /// its batch.
     Short,
 }
 
@@ -40,15 +46,20 @@ impl Schedule {
     /// The delay before the next run, given how this one went.
     ///
     /// A full run is followed by the next one at once (drain), so throughput is not capped at one
-    /// batch per minimum delay; the adaptive delay also drops back to its minimum. A short run waits
-    /// the fixed delay, or multiplies the adaptive delay, up to its maximum.
+    /// batch per minimum delay; the adaptive delay also drops back to its minimum. A partial run
+    /// waits the fixed delay, or the adaptive minimum. A short run waits the fixed delay, or
+    /// multiplies the adaptive delay, up to its maximum.
     pub fn next_delay(&mut self, result: RunResult) -> Duration {
         match (self.polling, result) {
             (Polling::Fixed { .. }, RunResult::Full) => Duration::ZERO,
-            (Polling::Fixed { delay, .. }, RunResult::Short) => delay,
+            (Polling::Fixed { delay, .. }, RunResult::Partial | RunResult::Short) => delay,
             (Polling::Adaptive { min_delay, .. }, RunResult::Full) => {
                 self.current = min_delay;
                 Duration::ZERO
+            }
+            (Polling::Adaptive { min_delay, .. }, RunResult::Partial) => {
+                self.current = min_delay;
+                min_delay
             }
             (Polling::Adaptive { max_delay, multiplier, .. }, RunResult::Short) => {
                 let grown = self.current.as_secs_f64() * multiplier;
@@ -100,6 +111,19 @@ mod tests {
     }
 
     #[test]
+    fn a_partial_run_returns_to_the_minimum_delay_and_stays_there() {
+        let mut schedule = Schedule::new(default_event_polling());
+        for _ in 0..20 {
+            schedule.next_delay(RunResult::Short);
+        }
+        assert_eq!(schedule.current_delay(), Duration::from_secs(60));
+        for _ in 0..5 {
+            assert_eq!(schedule.next_delay(RunResult::Partial), Duration::from_millis(250));
+        }
+        assert_eq!(schedule.next_delay(RunResult::Short), Duration::from_millis(375));
+    }
+
+    #[test]
     fn fixed_polling_waits_its_delay_unless_draining() {
         let polling = Polling::Fixed { initial_delay: Duration::from_secs(1), delay: Duration::from_secs(2) };
         let mut schedule = Schedule::new(polling);
@@ -107,5 +131,6 @@ mod tests {
         assert_eq!(schedule.next_delay(RunResult::Short), Duration::from_secs(2));
         assert_eq!(schedule.next_delay(RunResult::Full), Duration::ZERO);
         assert_eq!(schedule.next_delay(RunResult::Short), Duration::from_secs(2));
+        assert_eq!(schedule.next_delay(RunResult::Partial), Duration::from_secs(2));
     }
 }

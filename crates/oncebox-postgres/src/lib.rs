@@ -61,6 +61,7 @@ mod writer;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use oncebox_core::activity::PollerActivity;
 use oncebox_core::{
     Dialect, DlqDao, InboxDao, JobLock, OutboxDao, Result, SchemaPlan, TableNames, WakeSource,
 };
@@ -108,6 +109,7 @@ pub struct PgDialect {
     pool: PgPool,
     queries: Arc<PgQueries>,
     wake_ups: bool,
+    activity: Arc<PollerActivity>,
 }
 
 impl std::fmt::Debug for PgDialect {
@@ -122,7 +124,12 @@ impl std::fmt::Debug for PgDialect {
 impl PgDialect {
     /// A dialect over an existing pool, with the default table names and wake-ups on.
     pub fn new(pool: PgPool) -> Self {
-        Self { pool, queries: PgQueries::new(&TableNames::default()), wake_ups: true }
+        Self {
+            pool,
+            queries: PgQueries::new(&TableNames::default()),
+            wake_ups: true,
+            activity: Arc::new(PollerActivity::new()),
+        }
     }
 
     /// Connects to a `postgres://` URL with a pool of at most [`DEFAULT_MAX_CONNECTIONS`].
@@ -250,7 +257,7 @@ impl Dialect for PgDialect {
     }
 
     fn writer(&self) -> PgWriter {
-        PgWriter::new(self.queries.clone(), self.wake_ups)
+        PgWriter::new(self.queries.clone(), self.wake_ups, self.activity.clone())
     }
 
     async fn wake_source(&self) -> Result<Option<Box<dyn WakeSource>>> {
@@ -258,6 +265,12 @@ impl Dialect for PgDialect {
             return Ok(None);
         }
         Ok(Some(Box::new(self.pg_wake_source().await?)))
+    }
+
+    /// Shared by every clone of this dialect and every writer it made: a writer leaves out the
+    /// NOTIFY of a type whose poller in this process is awake.
+    fn poller_activity(&self) -> Option<Arc<PollerActivity>> {
+        self.wake_ups.then(|| self.activity.clone())
     }
 }
 

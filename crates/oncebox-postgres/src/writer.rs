@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use oncebox_core::activity::PollerActivity;
 use oncebox_core::{InboxWriter, NewOutboxEvent, OutboxWriter, Result};
 use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
@@ -13,11 +14,14 @@ use oncebox_sqlx::Queries;
 /// Writes outbox rows and inbox records into a caller's `sqlx::Transaction<'_, Postgres>`. It never
 /// begins or commits: the rows become visible when the caller commits, and vanish on rollback.
 ///
-/// A batch is one `INSERT … SELECT FROM UNNEST(…)` statement whatever its size (six array
-/// parameters, not six per row). With wake-ups on (the default), the same statement also issues one
-/// `pg_notify` per distinct event type of the call; PostgreSQL delivers notifications only when the
-/// transaction commits and collapses identical ones within a transaction, so listeners hear of each
-/// event type at most once per commit.
+/// A single event is one `INSERT … SELECT` of scalar parameters; a batch is one `INSERT … SELECT
+/// FROM UNNEST(…)` statement whatever its size (six array parameters, not six per row). With
+/// wake-ups on (the default), the same statement also issues one `pg_notify` per distinct event
+/// type of the call; PostgreSQL delivers notifications only when the transaction commits and
+/// collapses identical ones within a transaction, so listeners hear of each event type at most
+/// once per commit. A type whose poller in this process is awake (draining, certain to claim again
+/// at once) is not notified: the NOTIFY's commit-time cost buys nothing then (see
+/// [`oncebox_core::activity`]).
 ///
 /// With the `tokio-postgres` feature it also writes into `&tokio_postgres::Transaction<'_>` (and
 /// records inbox ids in a `tokio_postgres::Transaction<'_>`), running the very same SQL.
@@ -27,6 +31,7 @@ use oncebox_sqlx::Queries;
 pub struct PgWriter {
     statements: Arc<PgQueries>,
     notify: bool,
+    activity: Arc<PollerActivity>,
 }
 
 impl std::fmt::Debug for PgWriter {
@@ -46,19 +51,21 @@ pub(crate) struct InsertArrays<'e> {
     pub(crate) payload_types: Vec<&'e str>,
     pub(crate) headers: Vec<String>,
     pub(crate) partition_keys: Vec<Option<&'e str>>,
-    /// Each event type once, in first-seen order.
+    /// Each event type to notify once, in first-seen order.
     pub(crate) distinct_types: Vec<&'e str>,
 }
 
 impl<'e> InsertArrays<'e> {
-    pub(crate) fn new(events: &'e [NewOutboxEvent]) -> Self {
-        let mut distinct_types: Vec<&str> = Vec::new();
+    /// The arrays of `events`; an event type is notified when `notify` says so.
+    pub(crate) fn new(events: &'e [NewOutboxEvent], notify: impl Fn(&str) -> bool) -> Self {
+        let mut seen: Vec<&str> = Vec::new();
         for event in events {
             // A call carries few event types, so a linear scan beats hashing.
-            if !distinct_types.contains(&event.event_type.as_str()) {
-                distinct_types.push(&event.event_type);
+            if !seen.contains(&event.event_type.as_str()) {
+                seen.push(&event.event_type);
             }
         }
+        let distinct_types = seen.into_iter().filter(|event_type| notify(event_type)).collect();
         Self {
             ids: events.iter().map(|event| event.id).collect(),
             event_types: events.iter().map(|event| event.event_type.as_str()).collect(),
@@ -72,8 +79,14 @@ impl<'e> InsertArrays<'e> {
 }
 
 impl PgWriter {
-    pub(crate) fn new(statements: Arc<PgQueries>, notify: bool) -> Self {
-        Self { statements, notify }
+    pub(crate) fn new(statements: Arc<PgQueries>, notify: bool, activity: Arc<PollerActivity>) -> Self {
+        Self { statements, notify, activity }
+    }
+
+    /// Whether a write of `event_type` sends its NOTIFY: wake-ups are on and no poller of this
+    /// process is certain to claim the type soon anyway ([`oncebox_core::activity`]).
+    fn notifies_for(&self, event_type: &str) -> bool {
+        self.notify && !self.activity.is_awake(event_type)
     }
 
     /// Whether writes also send a wake-up NOTIFY.
@@ -90,11 +103,38 @@ impl PgWriter {
 impl<'t, 'c> OutboxWriter<&'t mut Transaction<'c, Postgres>> for PgWriter {
     /// Inserts `events` as PENDING rows due now, in one statement.
     async fn write(&self, tx: &'t mut Transaction<'c, Postgres>, events: &[NewOutboxEvent]) -> Result<()> {
-        if events.is_empty() {
-            return Ok(());
+        let event = match events {
+            [] => return Ok(()),
+            [event] => event,
+            _ => return self.write_batch(tx, events).await,
+        };
+        let notify = self.notifies_for(&event.event_type);
+        let statement = if notify {
+            self.statements.insert_event_notify.clone()
+        } else {
+            self.statements.insert_event.clone()
+        };
+        let mut query = sqlx::query(statement)
+            .bind(event.id)
+            .bind(event.event_type.as_str())
+            .bind(event.payload.as_str())
+            .bind(event.payload_type.as_str())
+            .bind(event.headers_json())
+            .bind(event.partition_key.as_deref());
+        if notify {
+            query = query.bind(self.statements.channel.as_str());
         }
-        let arrays = InsertArrays::new(events);
-        let statement = if self.notify {
+        query.execute(&mut **tx).await.context("writing an outbox event")?;
+        Ok(())
+    }
+}
+
+impl PgWriter {
+    /// Two events or more: one `UNNEST` statement.
+    async fn write_batch(&self, tx: &mut Transaction<'_, Postgres>, events: &[NewOutboxEvent]) -> Result<()> {
+        let arrays = InsertArrays::new(events, |event_type| self.notifies_for(event_type));
+        let notify = !arrays.distinct_types.is_empty();
+        let statement = if notify {
             self.statements.insert_events_notify.clone()
         } else {
             self.statements.insert_events.clone()
@@ -106,7 +146,7 @@ impl<'t, 'c> OutboxWriter<&'t mut Transaction<'c, Postgres>> for PgWriter {
             .bind(&arrays.payload_types)
             .bind(&arrays.headers)
             .bind(&arrays.partition_keys);
-        if self.notify {
+        if notify {
             query = query.bind(self.statements.channel.as_str()).bind(&arrays.distinct_types);
         }
         query.execute(&mut **tx).await.context("writing outbox events")?;
@@ -153,8 +193,30 @@ mod tokio_postgres_writer {
             if events.is_empty() {
                 return Ok(());
             }
-            let arrays = InsertArrays::new(events);
             let channel = self.statements.channel.as_str();
+            if let [event] = events {
+                let headers = event.headers_json();
+                let partition_key = event.partition_key.as_deref();
+                let mut params: Vec<&(dyn ToSql + Sync)> = vec![
+                    &event.id,
+                    &event.event_type,
+                    &event.payload,
+                    &event.payload_type,
+                    &headers,
+                    &partition_key,
+                ];
+                let statement = if self.notifies_for(&event.event_type) {
+                    params.push(&channel);
+                    self.statements.insert_event_notify.as_str()
+                } else {
+                    self.statements.insert_event.as_str()
+                };
+                tx.execute(statement, &params)
+                    .await
+                    .map_err(|error| tokio_postgres_error("writing an outbox event", error))?;
+                return Ok(());
+            }
+            let arrays = InsertArrays::new(events, |event_type| self.notifies_for(event_type));
             let mut params: Vec<&(dyn ToSql + Sync)> = vec![
                 &arrays.ids,
                 &arrays.event_types,
@@ -163,7 +225,7 @@ mod tokio_postgres_writer {
                 &arrays.headers,
                 &arrays.partition_keys,
             ];
-            let statement = if self.notify {
+            let statement = if !arrays.distinct_types.is_empty() {
                 params.push(&channel);
                 params.push(&arrays.distinct_types);
                 self.statements.insert_events_notify.as_str()
@@ -225,8 +287,10 @@ mod tests {
             partition_key: None,
         };
         let events = [event("b"), event("a"), event("b"), event("b"), event("a")];
-        let arrays = InsertArrays::new(&events);
+        let arrays = InsertArrays::new(&events, |_| true);
         assert_eq!(arrays.distinct_types, vec!["b", "a"]);
+        assert_eq!(InsertArrays::new(&events, |event_type| event_type == "a").distinct_types, vec!["a"]);
+        assert!(InsertArrays::new(&events, |_| false).distinct_types.is_empty());
         assert_eq!(arrays.event_types.len(), 5);
         assert_eq!(arrays.headers[0], "{}");
     }

@@ -503,6 +503,7 @@ async fn attach_daos<D: Dialect>(parts: &mut EngineParts, dialect: &D, plan: Sch
         parts.outbox = Some(dialect.outbox_dao());
         if wake_ups_wanted(&parts.config) {
             parts.wake_source = dialect.wake_source().await?;
+            parts.activity = dialect.poller_activity();
         }
     }
     if plan.dlq {

@@ -26,6 +26,7 @@ pub use tasks::{
     JOB_TRANSFER_TO_DLQ,
 };
 
+use crate::activity::{PollerActivity, WAKE_GRACE};
 use crate::config::{CleanUpConfig, Config, DlqConfig, OutboxConfig, Polling};
 use crate::dao::{DlqDao, InboxDao, JobLock, OutboxDao, WakeSource, WakeUp};
 use crate::error::{Error, ErrorKind, Result};
@@ -140,6 +141,9 @@ pub struct EngineParts {
     pub dlq_handler: Arc<dyn DlqHandler>,
     /// Wake-up hints from the database.
     pub wake_source: Option<Box<dyn WakeSource>>,
+    /// The awake marks the dialect's writer reads to leave out wake-ups the pollers do not need
+    /// ([`Dialect::poller_activity`](crate::Dialect::poller_activity)); only with a wake source.
+    pub activity: Option<Arc<PollerActivity>>,
     /// This instance's id (job lock owner).
     pub worker_id: Uuid,
 }
@@ -157,6 +161,7 @@ impl EngineParts {
             metrics: Arc::new(NoMetrics),
             dlq_handler: Arc::new(LogDlqHandler),
             wake_source: None,
+            activity: None,
             worker_id: Uuid::new_v4(),
         }
     }
@@ -221,6 +226,8 @@ struct TaskSpec {
     body: Arc<dyn TaskBody>,
     polling: Polling,
     wake: Option<Arc<Notify>>,
+    /// An event poller's awake mark (see [`crate::activity`]).
+    awake: Option<Arc<AtomicBool>>,
 }
 
 /// Starts engines.
@@ -377,6 +384,12 @@ impl Assembly<'_> {
                 }),
                 polling: event_config.polling,
                 wake: self.wakers.get(event_type),
+                awake: self
+                    .parts
+                    .activity
+                    .as_ref()
+                    .filter(|_| self.parts.wake_source.is_some())
+                    .and_then(|activity| activity.mark(event_type)),
             })
             .collect();
         let stuck = config.stuck_recovery;
@@ -391,6 +404,7 @@ impl Assembly<'_> {
             }),
             polling: stuck.polling,
             wake: None,
+            awake: None,
         });
         if let Some(clean_up) = config.clean_up {
             specs.push(self.clean_up(
@@ -421,6 +435,7 @@ impl Assembly<'_> {
                 }),
                 polling: config.transfer_to.polling,
                 wake: None,
+                awake: None,
             },
             TaskSpec {
                 body: Arc::new(TransferFromDlq {
@@ -431,6 +446,7 @@ impl Assembly<'_> {
                 }),
                 polling: config.transfer_from.polling,
                 wake: None,
+                awake: None,
             },
         ];
         if let Some(clean_up) = config.clean_up {
@@ -465,6 +481,7 @@ impl Assembly<'_> {
             }),
             polling: config.polling,
             wake: None,
+            awake: None,
         })
     }
 }
@@ -499,6 +516,7 @@ async fn task_loop(spec: TaskSpec, context: LoopContext) {
     let name = spec.body.name().to_owned();
     let mut schedule = Schedule::new(spec.polling);
     let mut delay = schedule.initial_delay();
+    let mut schedule_delay = delay;
     loop {
         if !sleep_or_wake(delay, spec.wake.as_deref(), &context.stop).await {
             break;
@@ -534,10 +552,25 @@ async fn task_loop(spec: TaskSpec, context: LoopContext) {
             }
         };
         let next = schedule.next_delay(result);
-        if next != delay {
+        if next != schedule_delay {
             context.metrics.polling_delay(&name, next);
         }
-        delay = next;
+        schedule_delay = next;
+        delay = match (&spec.awake, result) {
+            // Awake: writers may be leaving out their wake-ups, counting on the claim that follows.
+            (Some(awake), RunResult::Full | RunResult::Partial) => {
+                awake.store(true, Ordering::Release);
+                Duration::ZERO
+            }
+            (Some(awake), RunResult::Short) if awake.swap(false, Ordering::AcqRel) => next.min(WAKE_GRACE),
+            // A poller receiving a steady flow polls every `min-fixed-delay` from the start of one
+            // run to the start of the next, so an event waits at most that long plus its own run.
+            (_, RunResult::Partial) => next.saturating_sub(elapsed),
+            _ => next,
+        };
+    }
+    if let Some(awake) = &spec.awake {
+        awake.store(false, Ordering::Release);
     }
 }
 

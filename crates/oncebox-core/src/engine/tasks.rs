@@ -349,6 +349,7 @@ impl TaskBody for EventPoller {
         let mut overdue: Option<Settling<'_>> = None;
         let mut first_error = None;
         let mut more_waiting = false;
+        let mut delivered_any = false;
         while let Some(batch) = current.take() {
             // While a settle is overdue the database is slow: claiming more would only add
             // batches waiting for it.
@@ -399,6 +400,7 @@ impl TaskBody for EventPoller {
             let delivered = counts[0] > 0;
             self.last_send_delivered.store(delivered, Ordering::Relaxed);
             more_waiting = delivered && batch.len() == self.config.batch_size as usize;
+            delivered_any |= delivered;
             sent = Some(SentBatch { batch, settlements, counts });
         }
         let settled = self.settle_after(overdue.take(), sent).await;
@@ -407,7 +409,13 @@ impl TaskBody for EventPoller {
             return Err(error);
         }
         settled?;
-        Ok(RunOutcome::Ran(if more_waiting { RunResult::Full } else { RunResult::Short }))
+        Ok(RunOutcome::Ran(if more_waiting {
+            RunResult::Full
+        } else if delivered_any && self.last_send_delivered.load(Ordering::Relaxed) {
+            RunResult::Partial
+        } else {
+            RunResult::Short
+        }))
     }
 }
 

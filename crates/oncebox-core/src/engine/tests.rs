@@ -9,6 +9,7 @@ use chrono::Utc;
 use tokio::time::Instant as TokioInstant;
 
 use super::*;
+use crate::activity::PollerActivity;
 use crate::config::{ConfigBuilder, EventSettings};
 use crate::event::{ClaimedBatch, EventStatus, OutboxCounts, OutboxEvent, SettleReport, Settlement};
 use crate::sender::{Deadline, SendError, unanswered_as_timeouts};
@@ -193,6 +194,39 @@ async fn a_full_backlog_drains_without_waiting_between_full_batches() {
     assert!(claims[..6].iter().all(|t| *t == started), "full batches waited: {:?}", claims);
     assert_eq!(engine.stats().delivered, 1000);
     engine.shutdown(Duration::from_secs(5)).await.expect("the engine shuts down cleanly");
+}
+
+/// Events that keep arriving, a few per poll, keep the poller at its minimum delay: with wake-ups
+/// off, a delay grown on every short batch would make each event wait up to the maximum (60 s).
+#[tokio::test(start_paused = true)]
+async fn a_steady_trickle_is_polled_every_minimum_delay_not_at_a_grown_one() {
+    let outbox = Arc::new(ScriptedOutbox::default());
+    let config = outbox_only(Config::builder().event("e", EventSettings::new("t").batch_size(200)));
+    let engine = start(config, outbox.clone(), Arc::new(CountingSender::default()));
+    let trickle = {
+        let outbox = outbox.clone();
+        tokio::spawn(async move {
+            for _ in 0..600 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                if let Ok(mut pending) = outbox.pending.lock() {
+                    *pending += 5;
+                }
+            }
+        })
+    };
+    let started = TokioInstant::now();
+    tokio::time::sleep(Duration::from_secs(61)).await;
+    trickle.await.expect("the trickle ends");
+    let mut claims = offsets_from(started, &outbox.claim_times());
+    // After the trickle's last events the polls find nothing and the delay grows again.
+    claims.retain(|offset| *offset <= 60_000);
+    let gaps: Vec<u64> = claims.windows(2).map(|w| w[1] - w[0]).collect();
+    // The first poll, at the start, found nothing yet and grew the delay once.
+    assert_eq!(gaps[0], 375);
+    assert!(gaps[1..].iter().all(|gap| *gap <= 250), "a poll waited longer than min-fixed-delay: {gaps:?}");
+    assert!(claims.len() >= 239, "{} polls in a minute of trickle", claims.len());
+    engine.shutdown(Duration::from_secs(5)).await.expect("the engine shuts down cleanly");
+    assert_eq!(engine.stats().delivered, 3000, "every event of the trickle was delivered");
 }
 
 fn offsets_from(started: TokioInstant, claims: &[TokioInstant]) -> Vec<u64> {
@@ -552,6 +586,60 @@ async fn wake_up_hints_from_the_dialect_poll_the_named_type_or_all() {
     tokio::time::sleep(Duration::from_millis(1)).await;
     assert_eq!(outbox.claim_times().len(), 5, "after a reconnect every type polls at once");
     engine.shutdown(Duration::from_secs(5)).await.expect("the engine shuts down cleanly");
+}
+
+/// The awake protocol of [`crate::activity`]: a run that delivered marks the type awake and runs
+/// again at once; the first empty run clears the mark and claims once more after the grace, for
+/// the events whose writers left out their wake-up; then the schedule takes over.
+#[tokio::test(start_paused = true)]
+async fn an_awake_poller_claims_again_at_once_and_once_more_after_the_grace() {
+    let outbox = Arc::new(ScriptedOutbox::default());
+    let slow = crate::config::Polling::Adaptive {
+        initial_delay: Duration::ZERO,
+        min_delay: Duration::from_secs(5),
+        max_delay: Duration::from_secs(60),
+        multiplier: 2.0,
+    };
+    let config = outbox_only(Config::builder().event("e", EventSettings::new("t").polling(slow)));
+    let activity = Arc::new(PollerActivity::new());
+    let (hints, receiver) = tokio::sync::mpsc::unbounded_channel();
+    let mut parts = EngineParts::new(config);
+    parts.outbox = Some(outbox.clone());
+    parts.sender =
+        Some(Arc::new(CountingSender { delay: Duration::from_millis(50), ..CountingSender::default() }));
+    parts.wake_source = Some(Box::new(ChannelWakeSource(receiver)));
+    parts.activity = Some(activity.clone());
+    let engine = Engine::start(parts).expect("the engine starts");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!activity.is_awake("e"), "an empty first poll leaves the type asleep");
+    let before = outbox.claim_times().len();
+
+    let add = |count: u64| {
+        if let Ok(mut pending) = outbox.pending.lock() {
+            *pending += count;
+        }
+    };
+    add(3);
+    let woken = TokioInstant::now();
+    let _ = hints.send(WakeUp::EventType("e".into()));
+    tokio::time::sleep(Duration::from_millis(25)).await;
+    add(2);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(activity.is_awake("e"), "delivering, and certain to claim again");
+    tokio::time::sleep(Duration::from_millis(75)).await;
+    assert!(!activity.is_awake("e"), "an empty claim clears the mark");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let claims = offsets_from(woken, &outbox.claim_times()[before..]);
+    assert_eq!(claims, [0, 50, 100, 200], "at once after each delivery, then the grace claim");
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    assert_eq!(
+        outbox.claim_times().len(),
+        before + 4,
+        "after the grace claim the schedule takes over (20 s)"
+    );
+    engine.shutdown(Duration::from_secs(5)).await.expect("the engine shuts down cleanly");
+    assert_eq!(engine.stats().delivered, 5);
+    assert!(!activity.is_awake("e"));
 }
 
 /// The level and message of every log event, for the logging cases.

@@ -40,6 +40,11 @@ pub fn cases() -> Vec<Case<PgHarness>> {
             create_schema_on_existing_tables_does_not_wait_for_readers
         ),
         case!("a_nul_character_fails_the_publish_for_good", nul_character_fails_the_publish),
+        case!(
+            "a_single_event_is_one_row_insert_writing_the_batch_row",
+            single_event_is_one_single_row_insert
+        ),
+        case!("an_awake_type_is_not_notified", awake_type_is_not_notified),
         case!("a_wake_up_delivers_long_before_the_next_poll", wake_up_delivers_before_the_poll),
         case!("without_wake_ups_an_event_waits_for_the_poll", without_wake_ups_event_waits_for_poll),
         case!("a_listener_reconnect_wakes_every_poller", listener_reconnect_wakes_everyone),
@@ -175,6 +180,83 @@ async fn notify_once_per_type_on_commit(harness: Arc<PgHarness>) -> TestResult {
         );
         assert_eq!(dialect.channel(), format!("{}oncebox_wake_ups", dialect.tables().prefix()));
         Ok(())
+    })
+    .await
+}
+
+/// The payloads heard on the dialect's channel up to a marker notified after everything before.
+async fn heard(dialect: &PgDialect, listener: &mut PgListener) -> Result<Vec<String>, Failed> {
+    sqlx::query("SELECT pg_notify($1, 'marker')")
+        .bind(dialect.channel())
+        .execute(dialect.pool())
+        .await
+        .map_err(fail)?;
+    let mut received = Vec::new();
+    loop {
+        let notification = tokio::time::timeout(Duration::from_secs(10), listener.recv())
+            .await
+            .map_err(|_| fail("no notification within 10 s"))?
+            .map_err(fail)?;
+        if notification.payload() == "marker" {
+            return Ok(received);
+        }
+        received.push(notification.payload().to_owned());
+    }
+}
+
+/// A type whose poller in this process is awake gets no NOTIFY, alone or in a batch; once it is
+/// asleep again it does.
+async fn awake_type_is_not_notified(harness: Arc<PgHarness>) -> TestResult {
+    with_fresh(harness, |harness, dialect| async move {
+        let mut listener = PgListener::connect_with(dialect.pool()).await.map_err(fail)?;
+        listener.listen(dialect.channel()).await.map_err(fail)?;
+        let activity =
+            dialect.poller_activity().ok_or_else(|| fail("wake-ups on: the writer reads awake marks"))?;
+        let orders = activity.mark(ORDERS).ok_or_else(|| fail("a mark for the type"))?;
+        orders.store(true, std::sync::atomic::Ordering::Release);
+
+        harness.publish(&dialect, &new_events(ORDERS, 1), true).await.map_err(fail)?;
+        let mut mixed = new_events(ORDERS, 2);
+        mixed.extend(new_events("payment-received", 2));
+        harness.publish(&dialect, &mixed, true).await.map_err(fail)?;
+        harness.publish(&dialect, &new_events(ORDERS, 3), true).await.map_err(fail)?;
+        assert_eq!(
+            heard(&dialect, &mut listener).await?,
+            ["payment-received"],
+            "the awake type was left out"
+        );
+
+        orders.store(false, std::sync::atomic::Ordering::Release);
+        harness.publish(&dialect, &new_events(ORDERS, 1), true).await.map_err(fail)?;
+        assert_eq!(heard(&dialect, &mut listener).await?, [ORDERS], "asleep again, the type is notified");
+        assert_eq!(dialect.outbox_dao().counts().await.map_err(fail)?.total(), 9, "every event was written");
+        assert!(dialect.with_wake_ups(false).poller_activity().is_none(), "no marks without wake-ups");
+        Ok(())
+    })
+    .await
+}
+
+/// One event takes the single-row statement (sqlx and tokio-postgres alike), and its row is the
+/// one the batch statement writes.
+async fn single_event_is_one_single_row_insert(harness: Arc<PgHarness>) -> TestResult {
+    with_fresh(harness, |harness, dialect| async move {
+        let statements = count_insert_statements(&dialect).await?;
+        let mut client = tokio_postgres_client(&harness).await?;
+        let mut batch = new_events(ORDERS, 2);
+        let mut by_sqlx = new_events(ORDERS, 1);
+        let mut by_tokio_postgres = new_events(ORDERS, 1);
+        for event in batch.iter_mut().chain(&mut by_sqlx).chain(&mut by_tokio_postgres) {
+            make_awkward(event);
+        }
+        harness.publish(&dialect, &batch, true).await.map_err(fail)?;
+        harness.publish(&dialect, &by_sqlx, true).await.map_err(fail)?;
+        publish_tokio_postgres(&mut client, &dialect, &by_tokio_postgres, true).await?;
+        let (count,): (i64,) =
+            sqlx::query_as(AssertSqlSafe(statements)).fetch_one(dialect.pool()).await.map_err(fail)?;
+        assert_eq!(count, 3, "one statement per publish");
+        assert_written_alike(&*dialect.outbox_dao(), &batch[..1], &by_sqlx).await?;
+        assert_written_alike(&*dialect.outbox_dao(), &batch[1..], &by_tokio_postgres).await?;
+        stop_counting_insert_statements(&dialect).await
     })
     .await
 }
