@@ -1,6 +1,7 @@
-//! Shared helpers of the oncebox benchmark binaries (`pg_relay`, `pg_idle`, `pg_pool_share`,
+//! Shared helpers of the oncebox benchmark binaries (`pg_relay`, `pg_idle`, `pg_pool_share`, `latency`,
 //! `mysql_relay`, `rabbit_publish`, `kafka_publish`): the server address from the environment,
-//! fixed-size payloads, fresh names, latency summaries and a sender that only acknowledges;
+//! fixed-size payloads, fresh names, latency summaries, a sender that only acknowledges and an
+//! observed outbox DAO ([`observe`]);
 //! [`pg_backlog`] holds the PostgreSQL backlog and raw loop the relay benchmarks share.
 //!
 //! The binaries are measurements, not tests: they print tables and never assert a target.
@@ -12,6 +13,7 @@ use async_trait::async_trait;
 use oncebox_core::{Deadline, OutboundMessage, SendError, Sender};
 use serde::Serialize;
 
+pub mod observe;
 pub mod pg_backlog;
 
 /// The boxed error every benchmark `main` returns.
