@@ -15,6 +15,7 @@ use serde::Serialize;
 
 pub mod observe;
 pub mod pg_backlog;
+pub mod rabbit;
 
 /// The boxed error every benchmark `main` returns.
 pub type BenchError = Box<dyn Error + Send + Sync>;

@@ -28,6 +28,7 @@ use async_trait::async_trait;
 use clap::{Parser, ValueEnum};
 use oncebox_benches::observe::{ObservedOutbox, OutboxObserver};
 use oncebox_benches::pg_backlog::Bench;
+use oncebox_benches::rabbit::Topology;
 use oncebox_benches::{BenchPayload, BenchResult, EVENT_TYPE, fresh_name, millis, server_url};
 use oncebox_core::config::{EventSettings, Polling};
 use oncebox_core::{
@@ -161,6 +162,15 @@ struct Args {
     /// The Kafka listener's `fetch.wait.max.ms` (librdkafka's default, 500, when absent).
     #[arg(long)]
     fetch_wait_ms: Option<u32>,
+    /// Seconds at the start of the load whose events are delivered but left out of the
+    /// percentiles: the poller's delay has grown while nothing was published, so the first events
+    /// measure the cold start, not the steady state. 0 keeps every event.
+    #[arg(long, default_value_t = 0)]
+    warm_up_seconds: u64,
+    /// Run no consumer: commit → ack and → settle only, without the consumer's load on the
+    /// machine and the database (RabbitMQ messages go to a queue that is deleted at the end).
+    #[arg(long)]
+    no_consumer: bool,
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
@@ -240,6 +250,12 @@ struct Stamps {
     send_nanos: AtomicU64,
     settles: AtomicU64,
     settle_nanos: AtomicU64,
+    /// The longest claim, send and settle.
+    claim_max: AtomicU64,
+    send_max: AtomicU64,
+    settle_max: AtomicU64,
+    /// When each claim began, for the gaps between polls.
+    claim_starts: Mutex<Vec<Instant>>,
 }
 
 fn stamp(map: &Mutex<HashMap<Uuid, Instant>>, ids: impl Iterator<Item = Uuid>) {
@@ -259,15 +275,26 @@ fn add_nanos(counter: &AtomicU64, elapsed: Duration) {
     counter.fetch_add(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
 }
 
+fn max_nanos(counter: &AtomicU64, elapsed: Duration) {
+    counter.fetch_max(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
+}
+
 impl OutboxObserver for Stamps {
     fn claimed(&self, elapsed: Duration, _batch: &ClaimedBatch) {
         self.claims.fetch_add(1, Ordering::Relaxed);
         add_nanos(&self.claim_nanos, elapsed);
+        max_nanos(&self.claim_max, elapsed);
+        if let (Some(started), Ok(mut starts)) =
+            (Instant::now().checked_sub(elapsed), self.claim_starts.lock())
+        {
+            starts.push(started);
+        }
     }
 
     fn settled(&self, elapsed: Duration, _batch: &ClaimedBatch, settlements: &[Settlement]) {
         self.settles.fetch_add(1, Ordering::Relaxed);
         add_nanos(&self.settle_nanos, elapsed);
+        max_nanos(&self.settle_max, elapsed);
         stamp(
             &self.settle,
             settlements.iter().filter_map(|settlement| match settlement {
@@ -290,6 +317,7 @@ impl Sender for StampingSender {
         let started = Instant::now();
         let results = self.inner.send(batch, deadline).await;
         add_nanos(&self.stamps.send_nanos, started.elapsed());
+        max_nanos(&self.stamps.send_max, started.elapsed());
         stamp(
             &self.stamps.ack,
             batch.iter().zip(&results).filter(|(_, result)| result.is_ok()).map(|(message, _)| message.id),
@@ -306,12 +334,48 @@ impl Sender for StampingSender {
     }
 }
 
-/// Where a cell's events go and how its listener is stopped.
+/// A running listener and how it is stopped.
+struct Listening {
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<oncebox_core::Result<()>>,
+}
+
+impl Listening {
+    fn spawn<F>(run: impl FnOnce(oneshot::Receiver<()>) -> F) -> Self
+    where
+        F: std::future::Future<Output = oncebox_core::Result<()>> + Send + 'static,
+    {
+        let (stop, stopped) = oneshot::channel::<()>();
+        Self { stop, task: tokio::spawn(run(stopped)) }
+    }
+
+    async fn stop(self) -> BenchResult<()> {
+        let _ = self.stop.send(());
+        self.task.await??;
+        Ok(())
+    }
+}
+
+/// Where a cell's events go: the sender, its topic or exchange, the consumer (unless
+/// `--no-consumer`), and the queue declared for a RabbitMQ run without one.
 struct Transport {
     sender: Arc<dyn Sender>,
     topic: String,
-    stop: oneshot::Sender<()>,
-    listener: tokio::task::JoinHandle<oncebox_core::Result<()>>,
+    listener: Option<Listening>,
+    declared: Option<(lapin::Connection, lapin::Channel, Topology)>,
+}
+
+impl Transport {
+    async fn close(self) -> BenchResult<()> {
+        if let Some(listener) = self.listener {
+            listener.stop().await?;
+        }
+        if let Some((connection, channel, topology)) = self.declared {
+            topology.clean_up(&channel).await?;
+            let _ = connection.close(200, lapin::types::ShortString::from("benchmark done")).await;
+        }
+        Ok(())
+    }
 }
 
 impl Cell {
@@ -329,7 +393,7 @@ impl Cell {
     async fn measure(self, args: &Args, bench: &Bench, address: &str) -> BenchResult<Row> {
         let stamps = Arc::new(Stamps::default());
         let relay = bench.instance().await?.with_wake_ups(self.wake_ups);
-        let transport = self.transport(bench, address, &relay, &stamps, args.fetch_wait_ms).await?;
+        let transport = self.transport(bench, address, &relay, &stamps, args).await?;
         let engine = self.start_engine(bench, &relay, &transport, &stamps).await?;
         let publisher = Publisher::new(
             bench.dialect.clone().with_wake_ups(self.wake_ups).writer(),
@@ -339,14 +403,14 @@ impl Cell {
         let load_started = Instant::now();
         let lateness = publish_load(bench, &publisher, self.load, total, args.publishers, &stamps).await?;
         let load_elapsed = load_started.elapsed();
-        let waited = wait_for_all(&stamps, total as usize, &engine).await;
+        let waited = wait_for_all(&stamps, total as usize, &engine, transport.listener.is_some()).await;
         engine.shutdown(Duration::from_secs(30)).await?;
-        let _ = transport.stop.send(());
-        let listener = transport.listener.await;
+        let closed = transport.close().await;
         relay.pool().close().await;
         waited?;
-        listener??;
-        Ok(Row::new(self, &stamps, total, load_elapsed, lateness))
+        closed?;
+        let measured_from = load_started + Duration::from_secs(args.warm_up_seconds);
+        Ok(Row::new(self, &stamps, total, load_elapsed, lateness, measured_from))
     }
 
     async fn transport(
@@ -355,57 +419,76 @@ impl Cell {
         address: &str,
         relay: &PgDialect,
         stamps: &Arc<Stamps>,
-        fetch_wait_ms: Option<u32>,
+        args: &Args,
     ) -> BenchResult<Transport> {
         let inbox: Inbox<()> = Inbox::new("latency-bench", relay.inbox_dao(), ());
         let effects = stamps.clone();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let shutdown = async move {
-            let _ = stopped.await;
+        let effect = move |id: Uuid| {
+            let effects = effects.clone();
+            async move {
+                stamp(&effects.effect, std::iter::once(id));
+                Ok(())
+            }
         };
+        let consume = !args.no_consumer;
         match self.broker {
             Broker::Kafka => {
-                let topic =
-                    create_topic(address, &format!("{}-", bench.tables.prefix().trim_end_matches('_')))
-                        .await?;
-                let mut config =
-                    KafkaListenerConfig::new(address, fresh_name("latency-group-"), [topic.clone()]);
-                if let Some(wait) = fetch_wait_ms {
-                    config = config.with_consumer_property("fetch.wait.max.ms", wait.to_string());
-                }
-                let listener = KafkaListener::builder(config)
-                    .on_once(EVENT_TYPE, inbox, move |event: KafkaEvent<serde_json::Value>| {
-                        let effects = effects.clone();
-                        async move {
-                            stamp(&effects.effect, std::iter::once(event.id));
-                            Ok(())
-                        }
-                    })
-                    .build()?;
-                let listener = tokio::spawn(async move { listener.run(shutdown).await });
+                let stem = format!("{}-", bench.tables.prefix().trim_end_matches('_'));
+                let topic = create_topic(address, &stem).await?;
+                let listener = if consume {
+                    let mut config =
+                        KafkaListenerConfig::new(address, fresh_name("latency-group-"), [topic.clone()]);
+                    if let Some(wait) = args.fetch_wait_ms {
+                        config = config.with_consumer_property("fetch.wait.max.ms", wait.to_string());
+                    }
+                    let listener = KafkaListener::builder(config)
+                        .on_once(EVENT_TYPE, inbox, move |event: KafkaEvent<serde_json::Value>| {
+                            effect(event.id)
+                        })
+                        .build()?;
+                    Some(Listening::spawn(|stopped| async move {
+                        listener
+                            .run(async move {
+                                let _ = stopped.await;
+                            })
+                            .await
+                    }))
+                } else {
+                    None
+                };
                 let sender = KafkaSender::new(KafkaSenderConfig::new(address))?;
-                Ok(Transport { sender: Arc::new(sender), topic, stop, listener })
+                Ok(Transport { sender: Arc::new(sender), topic, listener, declared: None })
             }
             Broker::Rabbit => {
-                let exchange = fresh_name("latency-exchange-");
-                let queue = fresh_name("latency-queue-");
-                let config = RabbitListenerConfig::new(address, queue)
-                    .with_declare(RabbitTopology::new(exchange.clone()));
-                let listener = RabbitListener::builder(config)
-                    .on_once(EVENT_TYPE, inbox, move |event: RabbitEvent<serde_json::Value>| {
-                        let effects = effects.clone();
-                        async move {
-                            stamp(&effects.effect, std::iter::once(event.id));
-                            Ok(())
-                        }
-                    })
-                    .build()?;
-                let listener = tokio::spawn(async move { listener.run(shutdown).await });
-                // The listener declares the exchange and binds its queue once connected; a send
-                // before that would come back unroutable.
-                tokio::time::sleep(Duration::from_secs(2)).await;
+                let topology = Topology::fresh();
+                let (listener, declared) = if consume {
+                    let config = RabbitListenerConfig::new(address, topology.queue.clone())
+                        .with_declare(RabbitTopology::new(topology.exchange.clone()));
+                    let listener = RabbitListener::builder(config)
+                        .on_once(EVENT_TYPE, inbox, move |event: RabbitEvent<serde_json::Value>| {
+                            effect(event.id)
+                        })
+                        .build()?;
+                    let listening = Listening::spawn(|stopped| async move {
+                        listener
+                            .run(async move {
+                                let _ = stopped.await;
+                            })
+                            .await
+                    });
+                    // The listener declares the exchange and binds its queue once connected; a
+                    // send before that would come back unroutable.
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    (Some(listening), None)
+                } else {
+                    let connection =
+                        lapin::Connection::connect(address, lapin::ConnectionProperties::default()).await?;
+                    let channel = connection.create_channel().await?;
+                    topology.declare(&channel).await?;
+                    (None, Some((connection, channel, topology.clone())))
+                };
                 let sender = RabbitSender::new(RabbitSenderConfig::new(address))?;
-                Ok(Transport { sender: Arc::new(sender), topic: exchange, stop, listener })
+                Ok(Transport { sender: Arc::new(sender), topic: topology.exchange, listener, declared })
             }
         }
     }
@@ -491,10 +574,16 @@ async fn publish_load(
 }
 
 /// Waits until every event was committed, acknowledged, settled and applied.
-async fn wait_for_all(stamps: &Stamps, total: usize, engine: &EngineHandle) -> BenchResult<()> {
+async fn wait_for_all(
+    stamps: &Stamps,
+    total: usize,
+    engine: &EngineHandle,
+    consuming: bool,
+) -> BenchResult<()> {
     let deadline = Instant::now() + SETTLE_TIMEOUT;
     loop {
-        let counts = [count(&stamps.ack), count(&stamps.settle), count(&stamps.effect)];
+        let effects = if consuming { count(&stamps.effect) } else { total };
+        let counts = [count(&stamps.ack), count(&stamps.settle), effects];
         if counts.iter().all(|count| *count >= total) {
             return Ok(());
         }
@@ -513,6 +602,7 @@ async fn wait_for_all(stamps: &Stamps, total: usize, engine: &EngineHandle) -> B
 /// Percentiles of one latency.
 #[derive(Debug, Clone, Copy, Default)]
 struct Percentiles {
+    count: usize,
     p50: Duration,
     p99: Duration,
     p999: Duration,
@@ -529,10 +619,19 @@ impl Percentiles {
             let rank = (quantile * samples.len() as f64).ceil() as usize;
             samples[rank.clamp(1, samples.len()) - 1]
         };
-        Self { p50: at(0.50), p99: at(0.99), p999: at(0.999), max: samples[samples.len() - 1] }
+        Self {
+            count: samples.len(),
+            p50: at(0.50),
+            p99: at(0.99),
+            p999: at(0.999),
+            max: samples[samples.len() - 1],
+        }
     }
 
     fn cells(&self) -> String {
+        if self.count == 0 {
+            return "– | – | – | –".to_owned();
+        }
         format!("{} | {} | {} | {}", millis(self.p50), millis(self.p99), millis(self.p999), millis(self.max))
     }
 }
@@ -550,6 +649,10 @@ struct Row {
     claim_ms: f64,
     send_ms: f64,
     settle_ms: f64,
+    /// The longest claim, send and settle.
+    maxima: [Duration; 3],
+    /// Time between the starts of consecutive claims.
+    poll_gaps: Percentiles,
 }
 
 impl Row {
@@ -559,10 +662,17 @@ impl Row {
         events: u64,
         load_elapsed: Duration,
         lateness: Vec<Duration>,
+        measured_from: Instant,
     ) -> Self {
         let empty = HashMap::new();
         let commit = stamps.commit.lock();
-        let commit = commit.as_deref().unwrap_or(&empty);
+        let commit: HashMap<Uuid, Instant> = commit
+            .as_deref()
+            .unwrap_or(&empty)
+            .iter()
+            .filter(|(_, committed)| **committed >= measured_from)
+            .map(|(id, committed)| (*id, *committed))
+            .collect();
         let since_commit = |map: &Mutex<HashMap<Uuid, Instant>>| {
             let map = map.lock();
             let map = map.as_deref().unwrap_or(&empty);
@@ -591,20 +701,27 @@ impl Row {
             claim_ms: per_call(&stamps.claim_nanos, claims),
             send_ms: per_call(&stamps.send_nanos, settles),
             settle_ms: per_call(&stamps.settle_nanos, settles),
+            maxima: [&stamps.claim_max, &stamps.send_max, &stamps.settle_max]
+                .map(|max| Duration::from_nanos(max.load(Ordering::Relaxed))),
+            poll_gaps: {
+                let mut starts = stamps.claim_starts.lock().map(|starts| starts.clone()).unwrap_or_default();
+                starts.sort_unstable();
+                Percentiles::of(starts.windows(2).map(|pair| pair[1] - pair[0]).collect())
+            },
         }
     }
 
     fn header() -> String {
         [
-            "| broker | polling | wake-ups | load | events | achieved/s | publish late p99 ms | commit→ack p50 | p99 | p99.9 | max | commit→settle p50 | p99 | p99.9 | max | commit→effect p50 | p99 | p99.9 | max | claims | claim ms | send ms | settle ms |",
-            "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| broker | polling | wake-ups | load | events | achieved/s | publish late p99 ms | commit→ack p50 | p99 | p99.9 | max | commit→settle p50 | p99 | p99.9 | max | commit→effect p50 | p99 | p99.9 | max | claims | claim ms | send ms | settle ms | claim / send / settle max ms | poll gap p99 / max ms |",
+            "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         .join("\n")
     }
 
     fn markdown(&self) -> String {
         format!(
-            "| {:?} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} |",
+            "| {:?} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {} / {} / {} | {} / {} |",
             self.cell.broker,
             self.cell.polling.label(),
             if self.cell.wake_ups { "on" } else { "off" },
@@ -619,6 +736,11 @@ impl Row {
             self.claim_ms,
             self.send_ms,
             self.settle_ms,
+            millis(self.maxima[0]),
+            millis(self.maxima[1]),
+            millis(self.maxima[2]),
+            millis(self.poll_gaps.p99),
+            millis(self.poll_gaps.max),
         )
     }
 }

@@ -10,7 +10,10 @@
 //! 3. publish overhead, interleaved: (A) a business insert, (B) A plus a hand-written outbox
 //!    insert, (C) A plus `Publisher::publish` (wake-ups on, the default), (D) C with wake-ups off
 //!    and (E) A plus the `PgWriter`'s UNNEST statement bound by hand; then `publish_all` of 100
-//!    events against 100 single publishes in one transaction.
+//!    events against 100 single publishes in one transaction. With `--relay-while-publishing` an
+//!    engine of this process relays the published events meanwhile (wake-ups on), and (F) is C
+//!    through the writer whose type that engine keeps awake, so its NOTIFY is left out while the
+//!    poller drains.
 //!
 //! Every phase starts from the same backlog (copied from a template written once through the
 //! `PgWriter`) after `VACUUM ANALYZE`. All tables live under a fresh prefix and are dropped at the end.
@@ -29,13 +32,14 @@ use oncebox_benches::pg_backlog::{
 use oncebox_benches::{
     BenchPayload, BenchResult, CountingSender, EVENT_TYPE, Summary, millis, per_second, server_url,
 };
+use oncebox_core::activity::PollerActivity;
 use oncebox_core::config::EventSettings;
 use oncebox_core::event::OutboxCounts;
 use oncebox_core::{
     ClaimedBatch, Config, Deadline, Dialect, Engine, EngineHandle, EngineParts, Lifecycle, OutboundMessage,
     OutboxDao, OutboxEvent, Publisher, SendError, Sender, SettleReport, Settlement,
 };
-use oncebox_postgres::PgWriter;
+use oncebox_postgres::{PgDialect, PgWriter};
 use oncebox_testkit::MemoryBroker;
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 use uuid::Uuid;
@@ -88,6 +92,10 @@ struct Args {
     /// and event into a sink, to measure what the spans cost; without it nothing subscribes.
     #[arg(long)]
     tracing: Option<String>,
+    /// Relay the published events with an engine (wake-ups on) during the publish phase, and add
+    /// variant F: `Publisher::publish` through the writer that engine's pollers keep awake.
+    #[arg(long)]
+    relay_while_publishing: bool,
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
@@ -593,6 +601,8 @@ enum Variant {
     Publish,
     /// Plus `Publisher::publish` with wake-ups off (no NOTIFY).
     PublishNoNotify,
+    /// Plus `Publisher::publish` through the writer whose type this process's relay keeps awake.
+    PublishBesideRelay,
 }
 
 const VARIANTS: [Variant; 5] = [
@@ -611,6 +621,9 @@ impl Variant {
             Variant::HandWrittenUnnest => "E: A + the PgWriter's UNNEST INSERT bound by hand",
             Variant::Publish => "C: A + Publisher::publish (wake-ups on, default)",
             Variant::PublishNoNotify => "D: A + Publisher::publish (wake-ups off)",
+            Variant::PublishBesideRelay => {
+                "F: C, the writer of the relaying dialect (NOTIFY left out while awake)"
+            }
         }
     }
 }
@@ -622,6 +635,10 @@ struct PublishContext {
     writer_insert: String,
     publisher: Publisher<PgWriter>,
     quiet_publisher: Publisher<PgWriter>,
+    /// The writer of the dialect the relay runs on, and its awake marks (F).
+    relayed: Option<(Publisher<PgWriter>, Arc<PollerActivity>)>,
+    /// F publishes that found the type awake just before writing.
+    awake_publishes: AtomicU64,
 }
 
 impl PublishContext {
@@ -679,6 +696,14 @@ impl PublishContext {
             Variant::PublishNoNotify => {
                 self.quiet_publisher.publish(&mut tx, EVENT_TYPE, &payload).await?;
             }
+            Variant::PublishBesideRelay => {
+                let (publisher, activity) =
+                    self.relayed.as_ref().ok_or("variant F runs only beside a relay")?;
+                if activity.is_awake(EVENT_TYPE) {
+                    self.awake_publishes.fetch_add(1, Ordering::Relaxed);
+                }
+                publisher.publish(&mut tx, EVENT_TYPE, &payload).await?;
+            }
         }
         tx.commit().await?;
         Ok(started.elapsed())
@@ -705,17 +730,51 @@ impl PublishContext {
     }
 }
 
+/// An engine on a pool and dialect of its own, wake-ups on, relaying the published events into a
+/// sender that only acknowledges, as a service's own relay would beside its request handlers.
+async fn start_publish_relay(bench: &Bench) -> BenchResult<(PgDialect, EngineHandle)> {
+    let dialect = bench.instance().await?.with_wake_ups(true);
+    let config = Config::builder()
+        .table_prefix(bench.tables.prefix())
+        .event(EVENT_TYPE, EventSettings::new("bench-topic"))
+        .processed_clean_up(None)
+        .build()?;
+    let mut parts = EngineParts::new(config);
+    parts.outbox = Some(dialect.outbox_dao());
+    parts.dlq = Some(dialect.dlq_dao());
+    parts.inbox = Some(dialect.inbox_dao());
+    parts.job_lock = Some(dialect.job_lock());
+    parts.sender = Some(Arc::new(CountingSender));
+    parts.wake_source = dialect.wake_source().await?;
+    parts.activity = dialect.poller_activity();
+    let engine = Engine::start(parts)?;
+    Ok((dialect, engine))
+}
+
 async fn publish_phases(bench: &Bench, args: &Args) -> BenchResult<()> {
     bench.execute(&format!("TRUNCATE {}", bench.tables.events())).await?;
     bench.execute(&bench.sql(BUSINESS_TABLE)).await?;
     bench.vacuum().await?;
     let event_types = [EVENT_TYPE.to_owned()];
+    // The relay's dialect has awake marks of its own: C's writer (`bench.dialect`) never sees them.
+    let relay = if args.relay_while_publishing { Some(start_publish_relay(bench).await?) } else { None };
+    let relayed = match &relay {
+        Some((dialect, _)) => Some((
+            Publisher::new(dialect.writer(), event_types.clone()),
+            dialect.poller_activity().ok_or("the relay's dialect has wake-ups on")?,
+        )),
+        None => None,
+    };
+    let variants: Vec<Variant> =
+        VARIANTS.iter().copied().chain(relay.is_some().then_some(Variant::PublishBesideRelay)).collect();
     let context = PublishContext {
         business_insert: bench.sql(BUSINESS_INSERT),
         outbox_insert: bench.sql(OUTBOX_INSERT_ONE),
         writer_insert: bench.sql(WRITER_INSERT),
         publisher: Publisher::new(bench.dialect.writer(), event_types.clone()),
         quiet_publisher: Publisher::new(bench.dialect.clone().with_wake_ups(false).writer(), event_types),
+        relayed,
+        awake_publishes: AtomicU64::new(0),
     };
     // One connection held for the whole phase, as a request handler holds one for its
     // transaction: no pool hand-over or liveness ping inside the timings.
@@ -725,11 +784,11 @@ async fn publish_phases(bench: &Bench, args: &Args) -> BenchResult<()> {
         "\n## Publish overhead: {iterations} iterations per variant, interleaved (order rotated each round), after 50 warm-up rounds"
     );
     let mut order = 0u64;
-    let mut samples: Vec<Vec<Duration>> = vec![Vec::with_capacity(iterations); VARIANTS.len()];
+    let mut samples: Vec<Vec<Duration>> = vec![Vec::with_capacity(iterations); variants.len()];
     for round in 0..(50 + iterations) {
-        for offset in 0..VARIANTS.len() {
-            let index = (round + offset) % VARIANTS.len();
-            let elapsed = context.run(&mut connection, VARIANTS[index], order).await?;
+        for offset in 0..variants.len() {
+            let index = (round + offset) % variants.len();
+            let elapsed = context.run(&mut connection, variants[index], order).await?;
             order += 1;
             if round >= 50 {
                 samples[index].push(elapsed);
@@ -739,7 +798,7 @@ async fn publish_phases(bench: &Bench, args: &Args) -> BenchResult<()> {
     let summaries: Vec<Summary> = samples.iter().map(|s| Summary::of(s)).collect();
     println!("\n| variant | n | mean ms | p50 ms | p99 ms |");
     println!("|---|---:|---:|---:|---:|");
-    for (variant, summary) in VARIANTS.iter().zip(&summaries) {
+    for (variant, summary) in variants.iter().zip(&summaries) {
         println!(
             "| {} | {} | {} | {} | {} |",
             variant.label(),
@@ -765,6 +824,31 @@ async fn publish_phases(bench: &Bench, args: &Args) -> BenchResult<()> {
     ];
     for (label, a, b) in pairs {
         println!("| {label} | {:.3} | {:.3} |", ratio(a, b, |s| s.mean), ratio(a, b, |s| s.p50));
+    }
+    // The added cost of a publish: the transaction's time beyond the business insert alone.
+    let added = |index: usize, pick: fn(&Summary) -> Duration| {
+        pick(&summaries[index]).as_secs_f64() - pick(&summaries[0]).as_secs_f64()
+    };
+    let mut added_pairs = vec![("(C−A)/(B−A)", 2), ("(D−A)/(B−A)", 3)];
+    if relay.is_some() {
+        added_pairs.push(("(F−A)/(B−A)", 5));
+    }
+    for (label, index) in added_pairs {
+        println!(
+            "| {label} | {:.3} | {:.3} |",
+            added(index, |s| s.mean) / added(1, |s| s.mean),
+            added(index, |s| s.p50) / added(1, |s| s.p50)
+        );
+    }
+    if let Some((dialect, engine)) = relay {
+        engine.shutdown(Duration::from_secs(30)).await?;
+        dialect.pool().close().await;
+        println!(
+            "\nF found the type awake before {} of its {} publishes (warm-up included); the relay delivered {} events",
+            context.awake_publishes.load(Ordering::Relaxed),
+            50 + iterations,
+            engine.stats().delivered
+        );
     }
 
     let batch_iterations = args.batch_iterations;

@@ -15,13 +15,11 @@ use std::error::Error;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use lapin::options::{
-    BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, ExchangeDeleteOptions,
-    QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions, QueuePurgeOptions,
-};
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueuePurgeOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, ExchangeKind};
-use oncebox_benches::{BenchPayload, BenchResult, EVENT_TYPE, fresh_name, median, per_second, server_url};
+use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
+use oncebox_benches::rabbit::Topology;
+use oncebox_benches::{BenchPayload, BenchResult, EVENT_TYPE, median, per_second, server_url};
 use oncebox_core::{Deadline, OutboundMessage, Sender};
 use oncebox_rabbit::{RabbitSender, RabbitSenderConfig};
 use uuid::Uuid;
@@ -71,69 +69,24 @@ impl Variant {
     }
 }
 
-/// The broker objects of one run.
-struct Topology {
-    exchange: String,
-    queue: String,
-}
-
 async fn run(args: Args, url: String) -> BenchResult<()> {
     if args.messages == 0 || args.batch_size == 0 || args.rounds == 0 {
         return Err("--messages, --batch-size and --rounds must be at least 1".into());
     }
     let connection = Connection::connect(&url, ConnectionProperties::default()).await?;
     let admin = connection.create_channel().await?;
-    let topology = Topology {
-        exchange: fresh_name("oncebox-bench-exchange-"),
-        queue: fresh_name("oncebox-bench-queue-"),
-    };
-    declare(&admin, &topology).await?;
+    let topology = Topology::fresh();
+    topology.declare(&admin).await?;
     println!(
         "exchange {}, durable queue {} (broker version: see `rabbitmqctl version`)",
         topology.exchange, topology.queue
     );
     let outcome = measure(&args, &url, &connection, &admin, &topology).await;
-    let cleaned = clean_up(&admin, &topology).await;
+    let cleaned = topology.clean_up(&admin).await;
     let _ = connection.close(200, ShortString::from("benchmark done")).await;
     outcome?;
     cleaned?;
     println!("\nexchange and queue deleted");
-    Ok(())
-}
-
-async fn declare(channel: &Channel, topology: &Topology) -> BenchResult<()> {
-    channel
-        .exchange_declare(
-            ShortString::from(topology.exchange.as_str()),
-            ExchangeKind::Direct,
-            ExchangeDeclareOptions { durable: true, ..ExchangeDeclareOptions::default() },
-            FieldTable::default(),
-        )
-        .await?;
-    channel
-        .queue_declare(
-            ShortString::from(topology.queue.as_str()),
-            QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() },
-            FieldTable::default(),
-        )
-        .await?;
-    channel
-        .queue_bind(
-            ShortString::from(topology.queue.as_str()),
-            ShortString::from(topology.exchange.as_str()),
-            ShortString::from(EVENT_TYPE),
-            QueueBindOptions::default(),
-            FieldTable::default(),
-        )
-        .await?;
-    Ok(())
-}
-
-async fn clean_up(channel: &Channel, topology: &Topology) -> BenchResult<()> {
-    channel.queue_delete(ShortString::from(topology.queue.as_str()), QueueDeleteOptions::default()).await?;
-    channel
-        .exchange_delete(ShortString::from(topology.exchange.as_str()), ExchangeDeleteOptions::default())
-        .await?;
     Ok(())
 }
 
