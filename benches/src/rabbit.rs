@@ -1,5 +1,5 @@
 //! The RabbitMQ objects a benchmark publishes into: a fresh durable direct exchange and one
-//! durable queue bound for [`EVENT_TYPE`](crate::EVENT_TYPE), deleted at the end.
+//! durable queue bound for the event types it publishes, deleted at the end.
 
 use lapin::options::{
     ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions,
@@ -7,7 +7,7 @@ use lapin::options::{
 use lapin::types::{FieldTable, ShortString};
 use lapin::{Channel, ExchangeKind};
 
-use crate::{BenchResult, EVENT_TYPE, fresh_name};
+use crate::{BenchResult, fresh_name};
 
 /// The broker objects of one run.
 #[derive(Debug, Clone)]
@@ -24,8 +24,9 @@ impl Topology {
         Self { exchange: fresh_name("oncebox-bench-exchange-"), queue: fresh_name("oncebox-bench-queue-") }
     }
 
-    /// Declares the exchange and the queue and binds them for [`EVENT_TYPE`].
-    pub async fn declare(&self, channel: &Channel) -> BenchResult<()> {
+    /// Declares the exchange and the queue and binds them for each of `routing_keys` (the event
+    /// types).
+    pub async fn declare(&self, channel: &Channel, routing_keys: &[String]) -> BenchResult<()> {
         channel
             .exchange_declare(
                 ShortString::from(self.exchange.as_str()),
@@ -41,15 +42,17 @@ impl Topology {
                 FieldTable::default(),
             )
             .await?;
-        channel
-            .queue_bind(
-                ShortString::from(self.queue.as_str()),
-                ShortString::from(self.exchange.as_str()),
-                ShortString::from(EVENT_TYPE),
-                QueueBindOptions::default(),
-                FieldTable::default(),
-            )
-            .await?;
+        for key in routing_keys {
+            channel
+                .queue_bind(
+                    ShortString::from(self.queue.as_str()),
+                    ShortString::from(self.exchange.as_str()),
+                    ShortString::from(key.as_str()),
+                    QueueBindOptions::default(),
+                    FieldTable::default(),
+                )
+                .await?;
+        }
         Ok(())
     }
 

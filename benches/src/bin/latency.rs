@@ -167,6 +167,14 @@ struct Args {
     /// measure the cold start, not the steady state. 0 keeps every event.
     #[arg(long, default_value_t = 0)]
     warm_up_seconds: u64,
+    /// Event types the load is spread over, round robin, each its own poller (`bench-event` alone
+    /// for 1; `bench-event-1` … otherwise). The rows then also give the worst and the best
+    /// type's p99, which shows whether `thread-pool-size` starves a type.
+    #[arg(long, default_value_t = 1)]
+    event_types: usize,
+    /// The engine's `thread-pool-size` (pollers running at once); its default when absent.
+    #[arg(long)]
+    thread_pool_size: Option<usize>,
     /// Run no consumer: commit → ack and → settle only, without the consumer's load on the
     /// machine and the database (RabbitMQ messages go to a queue that is deleted at the end).
     #[arg(long)]
@@ -256,6 +264,16 @@ struct Stamps {
     settle_max: AtomicU64,
     /// When each claim began, for the gaps between polls.
     claim_starts: Mutex<Vec<Instant>>,
+    /// The event type (its index) of every event.
+    types: Mutex<HashMap<Uuid, usize>>,
+}
+
+/// The event types of a run over `count` types.
+fn event_types(count: usize) -> Vec<String> {
+    match count {
+        0 | 1 => vec![EVENT_TYPE.to_owned()],
+        _ => (1..=count).map(|index| format!("{EVENT_TYPE}-{index}")).collect(),
+    }
 }
 
 fn stamp(map: &Mutex<HashMap<Uuid, Instant>>, ids: impl Iterator<Item = Uuid>) {
@@ -392,16 +410,19 @@ impl Cell {
 
     async fn measure(self, args: &Args, bench: &Bench, address: &str) -> BenchResult<Row> {
         let stamps = Arc::new(Stamps::default());
+        let types = event_types(args.event_types);
         let relay = bench.instance().await?.with_wake_ups(self.wake_ups);
-        let transport = self.transport(bench, address, &relay, &stamps, args).await?;
-        let engine = self.start_engine(bench, &relay, &transport, &stamps).await?;
+        let transport = self.transport(bench, address, &relay, &stamps, args, &types).await?;
+        let engine =
+            self.start_engine(bench, &relay, &transport, &stamps, &types, args.thread_pool_size).await?;
         let publisher = Publisher::new(
             bench.dialect.clone().with_wake_ups(self.wake_ups).writer(),
-            [EVENT_TYPE.to_owned()],
+            types.iter().cloned(),
         );
         let total = u64::from(self.load.mean_rate()) * args.seconds;
         let load_started = Instant::now();
-        let lateness = publish_load(bench, &publisher, self.load, total, args.publishers, &stamps).await?;
+        let lateness =
+            publish_load(bench, &publisher, &types, self.load, total, args.publishers, &stamps).await?;
         let load_elapsed = load_started.elapsed();
         let waited = wait_for_all(&stamps, total as usize, &engine, transport.listener.is_some()).await;
         engine.shutdown(Duration::from_secs(30)).await?;
@@ -420,6 +441,7 @@ impl Cell {
         relay: &PgDialect,
         stamps: &Arc<Stamps>,
         args: &Args,
+        types: &[String],
     ) -> BenchResult<Transport> {
         let inbox: Inbox<()> = Inbox::new("latency-bench", relay.inbox_dao(), ());
         let effects = stamps.clone();
@@ -441,11 +463,16 @@ impl Cell {
                     if let Some(wait) = args.fetch_wait_ms {
                         config = config.with_consumer_property("fetch.wait.max.ms", wait.to_string());
                     }
-                    let listener = KafkaListener::builder(config)
-                        .on_once(EVENT_TYPE, inbox, move |event: KafkaEvent<serde_json::Value>| {
-                            effect(event.id)
-                        })
-                        .build()?;
+                    let mut builder = KafkaListener::builder(config);
+                    for event_type in types {
+                        let effect = effect.clone();
+                        builder = builder.on_once(
+                            event_type.clone(),
+                            inbox.clone(),
+                            move |event: KafkaEvent<serde_json::Value>| effect(event.id),
+                        );
+                    }
+                    let listener = builder.build()?;
                     Some(Listening::spawn(|stopped| async move {
                         listener
                             .run(async move {
@@ -464,11 +491,16 @@ impl Cell {
                 let (listener, declared) = if consume {
                     let config = RabbitListenerConfig::new(address, topology.queue.clone())
                         .with_declare(RabbitTopology::new(topology.exchange.clone()));
-                    let listener = RabbitListener::builder(config)
-                        .on_once(EVENT_TYPE, inbox, move |event: RabbitEvent<serde_json::Value>| {
-                            effect(event.id)
-                        })
-                        .build()?;
+                    let mut builder = RabbitListener::builder(config);
+                    for event_type in types {
+                        let effect = effect.clone();
+                        builder = builder.on_once(
+                            event_type.clone(),
+                            inbox.clone(),
+                            move |event: RabbitEvent<serde_json::Value>| effect(event.id),
+                        );
+                    }
+                    let listener = builder.build()?;
                     let listening = Listening::spawn(|stopped| async move {
                         listener
                             .run(async move {
@@ -484,7 +516,7 @@ impl Cell {
                     let connection =
                         lapin::Connection::connect(address, lapin::ConnectionProperties::default()).await?;
                     let channel = connection.create_channel().await?;
-                    topology.declare(&channel).await?;
+                    topology.declare(&channel, types).await?;
                     (None, Some((connection, channel, topology.clone())))
                 };
                 let sender = RabbitSender::new(RabbitSenderConfig::new(address))?;
@@ -499,12 +531,18 @@ impl Cell {
         relay: &PgDialect,
         transport: &Transport,
         stamps: &Arc<Stamps>,
+        types: &[String],
+        thread_pool_size: Option<usize>,
     ) -> BenchResult<EngineHandle> {
-        let config = Config::builder()
-            .table_prefix(bench.tables.prefix())
-            .event(EVENT_TYPE, EventSettings::new(&transport.topic).polling(self.polling.polling()))
-            .processed_clean_up(None)
-            .build()?;
+        let mut config = Config::builder().table_prefix(bench.tables.prefix()).processed_clean_up(None);
+        if let Some(size) = thread_pool_size {
+            config = config.thread_pool_size(size);
+        }
+        for event_type in types {
+            config = config
+                .event(event_type, EventSettings::new(&transport.topic).polling(self.polling.polling()));
+        }
+        let config = config.build()?;
         let mut parts = EngineParts::new(config);
         parts.outbox = Some(Arc::new(ObservedOutbox::new(relay.outbox_dao(), stamps.clone())));
         parts.dlq = Some(relay.dlq_dao());
@@ -538,6 +576,7 @@ async fn create_topic(bootstrap: &str, stem: &str) -> BenchResult<String> {
 async fn publish_load(
     bench: &Bench,
     publisher: &Publisher<oncebox_postgres::PgWriter>,
+    types: &[String],
     load: Load,
     total: u64,
     publishers: usize,
@@ -547,8 +586,8 @@ async fn publish_load(
     let started = tokio::time::Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..publishers {
-        let (next, stamps, publisher, pool) =
-            (next.clone(), stamps.clone(), publisher.clone(), bench.pool.clone());
+        let (next, stamps, publisher, pool, types) =
+            (next.clone(), stamps.clone(), publisher.clone(), bench.pool.clone(), types.to_vec());
         tasks.spawn(async move {
             let mut lateness = Vec::new();
             loop {
@@ -560,9 +599,13 @@ async fn publish_load(
                 tokio::time::sleep_until(due).await;
                 lateness.push(tokio::time::Instant::now().saturating_duration_since(due));
                 let mut tx = pool.begin().await?;
-                let id = publisher.publish(&mut tx, EVENT_TYPE, &BenchPayload::new(index)).await?;
+                let type_index = (index % types.len() as u64) as usize;
+                let id = publisher.publish(&mut tx, &types[type_index], &BenchPayload::new(index)).await?;
                 tx.commit().await?;
                 stamp(&stamps.commit, std::iter::once(id));
+                if let Ok(mut by_id) = stamps.types.lock() {
+                    by_id.insert(id, type_index);
+                }
             }
         });
     }
@@ -653,6 +696,8 @@ struct Row {
     maxima: [Duration; 3],
     /// Time between the starts of consecutive claims.
     poll_gaps: Percentiles,
+    /// Over several event types: how many, the worst and the best type's p99 commit→ack.
+    per_type: Option<(usize, Duration, Duration)>,
 }
 
 impl Row {
@@ -703,6 +748,23 @@ impl Row {
             settle_ms: per_call(&stamps.settle_nanos, settles),
             maxima: [&stamps.claim_max, &stamps.send_max, &stamps.settle_max]
                 .map(|max| Duration::from_nanos(max.load(Ordering::Relaxed))),
+            per_type: {
+                let types = stamps.types.lock().map(|types| types.clone()).unwrap_or_default();
+                let acks = stamps.ack.lock().map(|acks| acks.clone()).unwrap_or_default();
+                let mut by_type: HashMap<usize, Vec<Duration>> = HashMap::new();
+                for (id, acked) in &acks {
+                    if let (Some(committed), Some(index)) = (commit.get(id), types.get(id)) {
+                        by_type.entry(*index).or_default().push(acked.saturating_duration_since(*committed));
+                    }
+                }
+                let p99s: Vec<Duration> =
+                    by_type.into_values().map(|samples| Percentiles::of(samples).p99).collect();
+                (p99s.len() > 1).then(|| {
+                    let worst = p99s.iter().max().copied().unwrap_or_default();
+                    let best = p99s.iter().min().copied().unwrap_or_default();
+                    (p99s.len(), worst, best)
+                })
+            },
             poll_gaps: {
                 let mut starts = stamps.claim_starts.lock().map(|starts| starts.clone()).unwrap_or_default();
                 starts.sort_unstable();
@@ -720,6 +782,18 @@ impl Row {
     }
 
     fn markdown(&self) -> String {
+        let row = self.row();
+        match self.per_type {
+            Some((types, worst, best)) => format!(
+                "{row}\n\n{types} event types: commit→ack p99 of the worst type {} ms, of the best {} ms\n",
+                millis(worst),
+                millis(best)
+            ),
+            None => row,
+        }
+    }
+
+    fn row(&self) -> String {
         format!(
             "| {:?} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {} / {} / {} | {} / {} |",
             self.cell.broker,

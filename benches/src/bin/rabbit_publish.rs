@@ -76,7 +76,7 @@ async fn run(args: Args, url: String) -> BenchResult<()> {
     let connection = Connection::connect(&url, ConnectionProperties::default()).await?;
     let admin = connection.create_channel().await?;
     let topology = Topology::fresh();
-    topology.declare(&admin).await?;
+    topology.declare(&admin, &[EVENT_TYPE.to_owned()]).await?;
     println!(
         "exchange {}, durable queue {} (broker version: see `rabbitmqctl version`)",
         topology.exchange, topology.queue
