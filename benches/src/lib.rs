@@ -13,6 +13,7 @@ use async_trait::async_trait;
 use oncebox_core::{Deadline, OutboundMessage, SendError, Sender};
 use serde::Serialize;
 
+pub mod kafka;
 pub mod observe;
 pub mod pg_backlog;
 pub mod rabbit;
@@ -88,6 +89,8 @@ pub struct Summary {
     pub p50: Duration,
     /// 99th percentile (nearest rank).
     pub p99: Duration,
+    /// 99.9th percentile (nearest rank).
+    pub p999: Duration,
     /// The largest sample.
     pub max: Duration,
 }
@@ -107,6 +110,7 @@ impl Summary {
             mean: total / u32::try_from(count).unwrap_or(u32::MAX),
             p50: sorted[nearest_rank(count, 0.50)],
             p99: sorted[nearest_rank(count, 0.99)],
+            p999: sorted[nearest_rank(count, 0.999)],
             max: sorted[count - 1],
         }
     }
@@ -169,6 +173,7 @@ mod tests {
         let summary = Summary::of(&samples);
         assert_eq!(summary.p50, Duration::from_millis(50));
         assert_eq!(summary.p99, Duration::from_millis(99));
+        assert_eq!(summary.p999, Duration::from_millis(100));
         assert_eq!(summary.max, Duration::from_millis(100));
         assert_eq!(summary.mean, Duration::from_micros(50_500));
         assert_eq!(median(&[3.0, 1.0, 2.0, 10.0]), 2.5);

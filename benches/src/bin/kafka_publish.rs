@@ -17,14 +17,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use oncebox_benches::kafka::create_topic;
 use oncebox_benches::pg_backlog::{Bench, RawSql, check_drained, fast_polling, raw_loop, write_template};
 use oncebox_benches::{BenchPayload, BenchResult, EVENT_TYPE, median, per_second, server_url};
 use oncebox_core::config::EventSettings;
 use oncebox_core::{Config, Deadline, Dialect, Engine, EngineParts, Lifecycle, OutboundMessage, Sender};
 use oncebox_kafka::{KafkaSender, KafkaSenderConfig};
 use rdkafka::ClientConfig;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use uuid::Uuid;
@@ -81,19 +80,6 @@ async fn run(args: Args, bootstrap: String) -> BenchResult<()> {
         drain_phase(&args, &bootstrap, url, raw_rate).await?;
     }
     Ok(())
-}
-
-async fn create_topic(bootstrap: &str, stem: &str) -> BenchResult<String> {
-    let topic = oncebox_benches::fresh_name(stem);
-    let admin: AdminClient<DefaultClientContext> =
-        ClientConfig::new().set("bootstrap.servers", bootstrap).create()?;
-    for result in admin
-        .create_topics(&[NewTopic::new(&topic, 1, TopicReplication::Fixed(1))], &AdminOptions::new())
-        .await?
-    {
-        result.map_err(|(name, code)| format!("creating topic {name}: {code}"))?;
-    }
-    Ok(topic)
 }
 
 fn message(topic: &str, index: u64) -> OutboundMessage {

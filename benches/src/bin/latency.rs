@@ -26,10 +26,11 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use clap::{Parser, ValueEnum};
+use oncebox_benches::kafka::create_topic;
 use oncebox_benches::observe::{ObservedOutbox, OutboxObserver};
 use oncebox_benches::pg_backlog::Bench;
 use oncebox_benches::rabbit::Topology;
-use oncebox_benches::{BenchPayload, BenchResult, EVENT_TYPE, fresh_name, millis, server_url};
+use oncebox_benches::{BenchPayload, BenchResult, EVENT_TYPE, Summary, fresh_name, millis, server_url};
 use oncebox_core::config::{EventSettings, Polling};
 use oncebox_core::{
     ClaimedBatch, Config, Deadline, Dialect, Engine, EngineHandle, EngineParts, Inbox, Lifecycle,
@@ -40,9 +41,6 @@ use oncebox_postgres::PgDialect;
 use oncebox_rabbit::{
     RabbitEvent, RabbitListener, RabbitListenerConfig, RabbitSender, RabbitSenderConfig, RabbitTopology,
 };
-use rdkafka::ClientConfig;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
@@ -558,19 +556,6 @@ impl Cell {
     }
 }
 
-async fn create_topic(bootstrap: &str, stem: &str) -> BenchResult<String> {
-    let topic = fresh_name(stem);
-    let admin: AdminClient<DefaultClientContext> =
-        ClientConfig::new().set("bootstrap.servers", bootstrap).create()?;
-    for result in admin
-        .create_topics(&[NewTopic::new(&topic, 1, TopicReplication::Fixed(1))], &AdminOptions::new())
-        .await?
-    {
-        result.map_err(|(name, code)| format!("creating topic {name}: {code}"))?;
-    }
-    Ok(topic)
-}
-
 /// Commits `total` events on `load`'s schedule from `publishers` tasks; returns how late each
 /// transaction began against its schedule (the load generator keeping up, or not).
 async fn publish_load(
@@ -642,41 +627,18 @@ async fn wait_for_all(
     }
 }
 
-/// Percentiles of one latency.
-#[derive(Debug, Clone, Copy, Default)]
-struct Percentiles {
-    count: usize,
-    p50: Duration,
-    p99: Duration,
-    p999: Duration,
-    max: Duration,
-}
-
-impl Percentiles {
-    fn of(mut samples: Vec<Duration>) -> Self {
-        if samples.is_empty() {
-            return Self::default();
-        }
-        samples.sort_unstable();
-        let at = |quantile: f64| {
-            let rank = (quantile * samples.len() as f64).ceil() as usize;
-            samples[rank.clamp(1, samples.len()) - 1]
-        };
-        Self {
-            count: samples.len(),
-            p50: at(0.50),
-            p99: at(0.99),
-            p999: at(0.999),
-            max: samples[samples.len() - 1],
-        }
+/// A latency's p50, p99, p99.9 and maximum as four table cells; dashes when nothing was measured.
+fn cells(summary: &Summary) -> String {
+    if summary.count == 0 {
+        return "– | – | – | –".to_owned();
     }
-
-    fn cells(&self) -> String {
-        if self.count == 0 {
-            return "– | – | – | –".to_owned();
-        }
-        format!("{} | {} | {} | {}", millis(self.p50), millis(self.p99), millis(self.p999), millis(self.max))
-    }
+    format!(
+        "{} | {} | {} | {}",
+        millis(summary.p50),
+        millis(summary.p99),
+        millis(summary.p999),
+        millis(summary.max)
+    )
 }
 
 /// One printed row.
@@ -685,9 +647,9 @@ struct Row {
     events: u64,
     achieved_rate: f64,
     lateness_p99: Duration,
-    ack: Percentiles,
-    settle: Percentiles,
-    effect: Percentiles,
+    ack: Summary,
+    settle: Summary,
+    effect: Summary,
     claims: u64,
     claim_ms: f64,
     send_ms: f64,
@@ -695,7 +657,7 @@ struct Row {
     /// The longest claim, send and settle.
     maxima: [Duration; 3],
     /// Time between the starts of consecutive claims.
-    poll_gaps: Percentiles,
+    poll_gaps: Summary,
     /// Over several event types: how many, the worst and the best type's p99 commit→ack.
     per_type: Option<(usize, Duration, Duration)>,
 }
@@ -721,12 +683,12 @@ impl Row {
         let since_commit = |map: &Mutex<HashMap<Uuid, Instant>>| {
             let map = map.lock();
             let map = map.as_deref().unwrap_or(&empty);
-            Percentiles::of(
-                map.iter()
+            Summary::of(
+                &map.iter()
                     .filter_map(|(id, at)| {
                         commit.get(id).map(|committed| at.saturating_duration_since(*committed))
                     })
-                    .collect(),
+                    .collect::<Vec<_>>(),
             )
         };
         let per_call = |nanos: &AtomicU64, calls: u64| {
@@ -738,7 +700,7 @@ impl Row {
             cell,
             events,
             achieved_rate: events as f64 / load_elapsed.as_secs_f64().max(1e-9),
-            lateness_p99: Percentiles::of(lateness).p99,
+            lateness_p99: Summary::of(&lateness).p99,
             ack: since_commit(&stamps.ack),
             settle: since_commit(&stamps.settle),
             effect: since_commit(&stamps.effect),
@@ -758,7 +720,7 @@ impl Row {
                     }
                 }
                 let p99s: Vec<Duration> =
-                    by_type.into_values().map(|samples| Percentiles::of(samples).p99).collect();
+                    by_type.into_values().map(|samples| Summary::of(&samples).p99).collect();
                 (p99s.len() > 1).then(|| {
                     let worst = p99s.iter().max().copied().unwrap_or_default();
                     let best = p99s.iter().min().copied().unwrap_or_default();
@@ -768,7 +730,7 @@ impl Row {
             poll_gaps: {
                 let mut starts = stamps.claim_starts.lock().map(|starts| starts.clone()).unwrap_or_default();
                 starts.sort_unstable();
-                Percentiles::of(starts.windows(2).map(|pair| pair[1] - pair[0]).collect())
+                Summary::of(&starts.windows(2).map(|pair| pair[1] - pair[0]).collect::<Vec<_>>())
             },
         }
     }
@@ -803,9 +765,9 @@ impl Row {
             self.events,
             self.achieved_rate,
             millis(self.lateness_p99),
-            self.ack.cells(),
-            self.settle.cells(),
-            self.effect.cells(),
+            cells(&self.ack),
+            cells(&self.settle),
+            cells(&self.effect),
             self.claims,
             self.claim_ms,
             self.send_ms,

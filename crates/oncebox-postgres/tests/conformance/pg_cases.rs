@@ -156,23 +156,7 @@ async fn notify_once_per_type_on_commit(harness: Arc<PgHarness>) -> TestResult {
         mixed.extend(new_events("payment-received", 2));
         mixed.extend(new_events(ORDERS, 2));
         harness.publish(&dialect, &mixed, true).await.map_err(fail)?;
-        // A marker sent after both transactions: everything before it has arrived when it does.
-        sqlx::query("SELECT pg_notify($1, 'marker')")
-            .bind(dialect.channel())
-            .execute(dialect.pool())
-            .await
-            .map_err(fail)?;
-        let mut received = Vec::new();
-        loop {
-            let notification = tokio::time::timeout(Duration::from_secs(10), listener.recv())
-                .await
-                .map_err(|_| fail("no notification within 10 s"))?
-                .map_err(fail)?;
-            if notification.payload() == "marker" {
-                break;
-            }
-            received.push(notification.payload().to_owned());
-        }
+        let received = heard(&dialect, &mut listener).await?;
         assert_eq!(
             received,
             vec![ORDERS.to_owned(), "payment-received".to_owned()],
