@@ -84,13 +84,17 @@ fn print_outbox(outbox: &OutboxConfig) {
                 event_type.clone(),
                 event.topic.clone(),
                 event.batch_size.to_string(),
+                event.concurrency.to_string(),
                 polling(&event.polling),
                 event.max_retries.to_string(),
                 backoff(&event.backoff),
             ]
         })
         .collect();
-    println!("{}", table(&["event type", "topic", "batch", "polling", "max retries", "backoff"], &rows));
+    println!(
+        "{}",
+        table(&["event type", "topic", "batch", "loops", "polling", "max retries", "backoff"], &rows)
+    );
     let stuck = &outbox.stuck_recovery;
     println!(
         "stuck recovery: after {} in process, {} rows per run, FAILED after {} recoveries, {}",

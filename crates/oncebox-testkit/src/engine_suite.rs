@@ -36,6 +36,10 @@ pub fn cases<H: DaoHarness>() -> Vec<Case<H>> {
         case!("an_undecodable_row_fails_alone_and_reaches_the_dlq", undecodable_row_fails_alone),
         case!("clean_up_jobs_delete_only_old_rows", clean_up_jobs),
         case!("four_engines_drain_50000_events_each_once_without_errors", four_engines_drain_one_table),
+        case!(
+            "one_engine_with_four_loops_per_type_drains_20000_events_each_once",
+            four_loops_drain_one_table
+        ),
         case!("a_stalled_engine_is_fenced_by_a_second_engine", stalled_engine_fenced_by_another),
     ]
 }
@@ -485,6 +489,7 @@ async fn clean_up_jobs<H: DaoHarness>(harness: Arc<H>) -> TestResult {
 
 dao_test! {
     four_engines_drain_one_table => four_engines_drain;
+    four_loops_drain_one_table => four_loops_drain;
     stalled_engine_fenced_by_another => stalled_engine_fenced;
 }
 
@@ -545,6 +550,37 @@ async fn four_engines_drain<H: DaoHarness>(harness: &H, dialect: &H::Dialect) ->
     assert!(stats.iter().filter(|s| s.claimed > 0).count() >= 2, "the work was shared: {stats:?}");
     let totals = dialect.outbox_dao().counts().await.map_err(fail)?;
     assert_eq!(totals.status_total(EventStatus::Processed), 50_000);
+    Ok(())
+}
+
+/// `concurrency: 4` in one engine: the loops share the work and their claims never overlap.
+async fn four_loops_drain<H: DaoHarness>(harness: &H, dialect: &H::Dialect) -> TestResult {
+    let mut published = HashSet::new();
+    for _ in 0..20 {
+        let events = new_events(EVENT, 1000);
+        published.extend(ids_of(&events));
+        harness.publish(dialect, &events, true).await.map_err(fail)?;
+    }
+    let broker = MemoryBroker::new();
+    let settings = EventSettings::new(TOPIC).batch_size(100).concurrency(4).polling(fast_polling());
+    let config = Config::builder().thread_pool_size(4).event(EVENT, settings).build().map_err(fail)?;
+    let engine = start(dialect, config, Arc::new(broker.clone()))?;
+    let drained = eventually("20,000 events are delivered", Duration::from_secs(300), || {
+        let broker = broker.clone();
+        async move { Ok(broker.delivery_counts().len() >= 20_000) }
+    })
+    .await;
+    engine.shutdown(Duration::from_secs(30)).await.map_err(fail)?;
+    drained?;
+    let stats = engine.stats();
+    let counts = broker.delivery_counts();
+    assert_eq!(counts.len(), 20_000);
+    assert!(published.iter().all(|id| counts.contains_key(id)), "every published id is delivered");
+    assert_eq!(counts.values().filter(|n| **n > 1).count(), 0, "no crash, so no id is sent twice");
+    assert_eq!(stats.claimed, 20_000, "claims never overlap: {stats:?}");
+    assert_eq!(stats.task_errors, 0, "no deadlock or lock wait: {stats:?}");
+    let totals = dialect.outbox_dao().counts().await.map_err(fail)?;
+    assert_eq!(totals.status_total(EventStatus::Processed), 20_000);
     Ok(())
 }
 

@@ -83,6 +83,12 @@ impl EventSettings {
         self
     }
 
+    /// Claim loops of this type in one engine (see [`EventConfig::concurrency`](super::EventConfig::concurrency)).
+    pub fn concurrency(mut self, concurrency: u32) -> Self {
+        self.raw.concurrency = Some(concurrency);
+        self
+    }
+
     /// Poll schedule.
     pub fn polling(mut self, polling: Polling) -> Self {
         self.raw.polling = Some(raw_polling(polling));

@@ -34,6 +34,9 @@ pub use raw::HumanDuration;
 /// constructors that take a duration directly saturate at it.
 pub const MAX_SETTING_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
+/// The most claim loops one event type may have in one engine (`concurrency`).
+pub const MAX_CONCURRENCY: u32 = 16;
+
 /// The default of `oncebox.inbox.cache.cache-name`: the name (Redis key prefix) of the shared
 /// consumed-id cache, as in the Java library's examples.
 pub const DEFAULT_CACHE_NAME: &str = "oncebox:consumed";
@@ -200,6 +203,11 @@ pub struct EventConfig {
     pub topic: String,
     /// Rows per claim.
     pub batch_size: u32,
+    /// Claim loops of this type in one engine (`1` to [`MAX_CONCURRENCY`], default `1`). Each loop
+    /// claims, sends and settles on its own, fenced like the loops of separate instances, so
+    /// ordering across loops is what it is across instances; every loop takes a
+    /// `thread-pool-size` permit per run.
+    pub concurrency: u32,
     /// Poll schedule.
     pub polling: Polling,
     /// Retries after the first send; `3` means 4 sends in all.
@@ -214,6 +222,7 @@ impl EventConfig {
         Self {
             topic: topic.into(),
             batch_size: 200,
+            concurrency: 1,
             polling: Polling::Adaptive {
                 initial_delay: Duration::ZERO,
                 min_delay: Duration::from_millis(250),

@@ -162,6 +162,7 @@ pub(crate) struct RawSender {
 pub(crate) struct RawEventSettings {
     pub(crate) topic: Option<String>,
     pub(crate) batch_size: Option<u32>,
+    pub(crate) concurrency: Option<u32>,
     pub(crate) polling: Option<RawPolling>,
     pub(crate) max_retries: Option<u32>,
     pub(crate) backoff: Option<RawBackoff>,

@@ -159,12 +159,16 @@ fn resolve_outbox(raw: &RawOutbox) -> Result<OutboxConfig> {
             }
         };
         let batch_size = batch_size(settings.batch_size.or(defaults.batch_size).unwrap_or(200), &path)?;
+        let concurrency = concurrency(settings.concurrency.or(defaults.concurrency).unwrap_or(1), &path)?;
         let polling_raw = settings.polling.clone().unwrap_or_default().over(&default_polling);
         let polling = polling(&polling_raw, &format!("{path}.polling"))?;
         let max_retries = settings.max_retries.or(defaults.max_retries).unwrap_or(3);
         let backoff_raw = settings.backoff.clone().unwrap_or_default().over(&default_backoff);
         let backoff = backoff(&backoff_raw, &format!("{path}.backoff"))?;
-        events.insert(name.clone(), EventConfig { topic, batch_size, polling, max_retries, backoff });
+        events.insert(
+            name.clone(),
+            EventConfig { topic, batch_size, concurrency, polling, max_retries, backoff },
+        );
     }
 
     let stuck = raw.stuck_recovery.clone().unwrap_or_default();
@@ -290,6 +294,18 @@ fn resolve_inbox(raw: &RawInbox) -> Result<InboxConfig> {
         cache_name,
         metrics_enabled: metrics.enabled,
     })
+}
+
+/// Claim loops per event type: at least one, and no more than [`MAX_CONCURRENCY`], past which
+/// more loops only contend for the same rows and connections.
+fn concurrency(value: u32, path: &str) -> Result<u32> {
+    if !(1..=MAX_CONCURRENCY).contains(&value) {
+        return Err(Error::config(
+            format!("{path}.concurrency"),
+            format!("must be between 1 and {MAX_CONCURRENCY}, got {value}"),
+        ));
+    }
+    Ok(value)
 }
 
 fn batch_size(value: u32, path: &str) -> Result<u32> {

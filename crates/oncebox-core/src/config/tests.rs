@@ -211,6 +211,26 @@ fn a_zero_batch_size_names_the_key() {
 }
 
 #[test]
+fn concurrency_defaults_to_one_inherits_and_is_bounded() {
+    let config = Config::from_yaml_str(&with_event("")).expect("the test config is valid");
+    assert_eq!(config.outbox.as_ref().expect("outbox").events["order-created"].concurrency, 1);
+    let text = "oncebox:\n  outbox:\n    defaults:\n      concurrency: 3\n    events:\n      a:\n        topic: t\n      b:\n        topic: t\n        concurrency: 2\n";
+    let config = Config::from_yaml_str(text).expect("the test config is valid");
+    let events = &config.outbox.as_ref().expect("outbox").events;
+    assert_eq!((events["a"].concurrency, events["b"].concurrency), (3, 2));
+    for bad in [0, MAX_CONCURRENCY + 1] {
+        let message = yaml_error(&with_event(&format!("        concurrency: {bad}\n")));
+        assert_names(&message, "oncebox.outbox.events.order-created.concurrency");
+        assert_names(&message, &format!("got {bad}"));
+    }
+    let built = Config::builder()
+        .event("e", EventSettings::new("t").concurrency(4))
+        .build()
+        .expect("the built config is valid");
+    assert_eq!(built.outbox.expect("outbox").events["e"].concurrency, 4);
+}
+
+#[test]
 fn a_zero_min_delay_names_the_key() {
     let message = yaml_error(&with_event("        polling:\n          min-fixed-delay: 0s\n"));
     assert_names(&message, "oncebox.outbox.events.order-created.polling.min-fixed-delay");

@@ -351,7 +351,7 @@ impl Assembly<'_> {
         part.clone().ok_or_else(|| Error::new(ErrorKind::Lifecycle, format!("cannot start: {missing}")))
     }
 
-    /// One poller per event type, stuck recovery, the processed clean-up and the DLQ's tasks.
+    /// `concurrency` pollers per event type, stuck recovery, the processed clean-up and the DLQ's tasks.
     fn outbox_tasks(&self, config: &OutboxConfig) -> Result<Vec<TaskSpec>> {
         let outbox =
             self.part(&self.parts.outbox, "oncebox.outbox is configured but no outbox DAO was given")?;
@@ -366,9 +366,15 @@ impl Assembly<'_> {
                  sender.emergency-timeout; each batch is claimed after the previous one was sent"
             );
         }
+        // `concurrency` loops per type, each an independent poller (its own schedule and
+        // pipeline) sharing the type's wake-up, which wakes one of them, and its awake mark,
+        // which every loop that clears it follows with its own grace claim.
         let mut specs: Vec<TaskSpec> = config
             .events
             .iter()
+            .flat_map(|(event_type, event_config)| {
+                (0..event_config.concurrency).map(move |_| (event_type, event_config))
+            })
             .map(|(event_type, event_config)| TaskSpec {
                 body: Arc::new(EventPoller {
                     event_type: event_type.clone(),

@@ -394,6 +394,24 @@ async fn thread_pool_size_bounds_concurrent_runs() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn concurrency_runs_that_many_claim_loops_of_one_type_and_each_event_is_sent_once() {
+    let outbox = Arc::new(ScriptedOutbox::with_pending(3_000));
+    let sender = Arc::new(CountingSender { delay: Duration::from_millis(100), ..CountingSender::default() });
+    let config = outbox_only(
+        Config::builder()
+            .thread_pool_size(5)
+            .event("e", EventSettings::new("t").batch_size(10).concurrency(3)),
+    );
+    let engine = start(config, outbox.clone(), sender.clone());
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    // One loop never sends two batches at once, so three sends in flight are three loops.
+    assert_eq!(sender.max_in_flight.load(Ordering::SeqCst), 3);
+    let stats = engine.stats();
+    assert_eq!((stats.claimed, stats.delivered, stats.task_errors), (3_000, 3_000, 0));
+    engine.shutdown(Duration::from_secs(5)).await.expect("the engine shuts down cleanly");
+}
+
+#[tokio::test(start_paused = true)]
 async fn refused_settles_are_reported() {
     let outbox = Arc::new(ScriptedOutbox { refuse_settles: true, ..ScriptedOutbox::with_pending(3) });
     let config = outbox_only(Config::builder().event("e", EventSettings::new("t")));
