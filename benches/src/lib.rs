@@ -1,7 +1,7 @@
 //! Shared helpers of the oncebox benchmark binaries (`pg_relay`, `pg_idle`, `pg_pool_share`, `latency`,
-//! `mysql_relay`, `rabbit_publish`, `kafka_publish`): the server address from the environment,
+//! `mysql_relay`, `rabbit_publish`, `kafka_publish`, `relay_memory`): the server address from the environment,
 //! fixed-size payloads, fresh names, latency summaries, a sender that only acknowledges and an
-//! observed outbox DAO ([`observe`]);
+//! observed outbox DAO ([`observe`]), this process's resident memory ([`process`]);
 //! [`pg_backlog`] holds the PostgreSQL backlog and raw loop the relay benchmarks share.
 //!
 //! The binaries are measurements, not tests: they print tables and never assert a target.
@@ -16,6 +16,7 @@ use serde::Serialize;
 pub mod kafka;
 pub mod observe;
 pub mod pg_backlog;
+pub mod process;
 pub mod rabbit;
 
 /// The boxed error every benchmark `main` returns.

@@ -1,8 +1,12 @@
 //! The PostgreSQL backlog the relay benchmarks drain: fresh tables, a template backlog written once
-//! through the `PgWriter` and copied before every drain, and the raw claim + settle loop (no
-//! broker) that is the ceiling a relay is compared with.
+//! through the `PgWriter` and copied before every drain, and the raw claim + settle loop that is
+//! the ceiling a relay is compared with: with no broker, or with a real send between claim and
+//! settle ([`RawSend`]), the hand-written pipeline a team would write without oncebox.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
 
 use oncebox_core::{Dialect, NewOutboxEvent, OutboxWriter, SchemaPlan, TableNames};
 use oncebox_postgres::{DEFAULT_MAX_CONNECTIONS, PgDialect, connect_options};
@@ -178,6 +182,31 @@ pub enum RawSql {
     Engine,
 }
 
+/// A claimed row as the raw loop hands it to a [`RawSend`].
+pub struct RawRecord {
+    /// The event id (the message key when the row has no partition key).
+    pub id: Uuid,
+    /// The JSON payload.
+    pub payload: String,
+    /// The row's partition key.
+    pub partition_key: Option<String>,
+}
+
+impl RawRecord {
+    /// The message key a relay would use: the partition key, or the id.
+    pub fn key(&self) -> String {
+        self.partition_key.clone().unwrap_or_else(|| self.id.to_string())
+    }
+}
+
+/// What the raw loop does between claim and settle when it has a broker: send every record of
+/// the batch and return once the broker acknowledged all of them.
+#[async_trait]
+pub trait RawSend: Send + Sync {
+    /// Sends `records`; an error ends the drain.
+    async fn send(&self, records: &[RawRecord]) -> BenchResult<()>;
+}
+
 /// Totals of one raw worker.
 #[derive(Default)]
 pub struct RawTotals {
@@ -187,17 +216,21 @@ pub struct RawTotals {
     pub batches: u64,
     /// Time inside claims (with decoding).
     pub claim: Duration,
+    /// Time inside sends (zero without a [`RawSend`]).
+    pub send: Duration,
     /// Time inside settles.
     pub settle: Duration,
 }
 
-/// Runs `workers` raw claim + settle loops over the backlog until it is empty; returns their
-/// summed totals and the wall time.
+/// Runs `workers` raw claim + settle loops over the backlog until it is empty (each sending its
+/// batch through `send` between claim and settle, when given); returns their summed totals and the
+/// wall time.
 pub async fn raw_loop(
     bench: &Bench,
     sql: RawSql,
     workers: usize,
     batch_size: u32,
+    send: Option<Arc<dyn RawSend>>,
 ) -> BenchResult<(RawTotals, Duration)> {
     let (claim, settle) = match sql {
         RawSql::HandWritten => (bench.raw_claim.clone(), bench.raw_settle.clone()),
@@ -206,8 +239,13 @@ pub async fn raw_loop(
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..workers {
-        let worker =
-            RawWorker { pool: bench.pool.clone(), sql, claim: claim.clone(), settle: settle.clone() };
+        let worker = RawWorker {
+            pool: bench.pool.clone(),
+            sql,
+            claim: claim.clone(),
+            settle: settle.clone(),
+            send: send.clone(),
+        };
         tasks.push(tokio::spawn(worker.run(batch_size)));
     }
     let mut totals = RawTotals::default();
@@ -216,6 +254,7 @@ pub async fn raw_loop(
         totals.events += worker.events;
         totals.batches += worker.batches;
         totals.claim += worker.claim;
+        totals.send += worker.send;
         totals.settle += worker.settle;
     }
     Ok((totals, started.elapsed()))
@@ -227,6 +266,7 @@ struct RawWorker {
     sql: RawSql,
     claim: String,
     settle: String,
+    send: Option<Arc<dyn RawSend>>,
 }
 
 impl RawWorker {
@@ -244,23 +284,29 @@ impl RawWorker {
                 .bind(token)
                 .fetch_all(&self.pool)
                 .await?;
-            let mut ids = Vec::with_capacity(rows.len());
-            let mut payload_bytes = 0usize;
+            let mut records = Vec::with_capacity(rows.len());
             for row in &rows {
-                ids.push(row.try_get::<Uuid, _>("id")?);
-                payload_bytes += row.try_get::<String, _>("payload")?.len();
                 let _payload_type: String = row.try_get("payload_type")?;
                 if self.sql == RawSql::HandWritten {
                     let _headers: String = row.try_get("headers")?;
                 }
-                let _key: Option<String> = row.try_get("partition_key")?;
                 let _created: chrono::DateTime<chrono::Utc> = row.try_get("created_at")?;
+                records.push(RawRecord {
+                    id: row.try_get("id")?,
+                    payload: row.try_get("payload")?,
+                    partition_key: row.try_get("partition_key")?,
+                });
             }
             totals.claim += started.elapsed();
-            if ids.is_empty() {
+            if records.is_empty() {
                 return Ok(totals);
             }
-            std::hint::black_box(payload_bytes);
+            if let Some(send) = &self.send {
+                let started = Instant::now();
+                send.send(&records).await?;
+                totals.send += started.elapsed();
+            }
+            let ids: Vec<Uuid> = records.iter().map(|record| record.id).collect();
             let started = Instant::now();
             let query = sqlx::query(AssertSqlSafe(self.settle.clone()));
             let query = match self.sql {

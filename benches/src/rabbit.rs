@@ -27,6 +27,16 @@ impl Topology {
     /// Declares the exchange and the queue and binds them for each of `routing_keys` (the event
     /// types).
     pub async fn declare(&self, channel: &Channel, routing_keys: &[String]) -> BenchResult<()> {
+        self.declare_with(channel, routing_keys, FieldTable::default()).await
+    }
+
+    /// [`declare`](Self::declare) with the queue's `arguments` (`x-max-length`, …).
+    pub async fn declare_with(
+        &self,
+        channel: &Channel,
+        routing_keys: &[String],
+        arguments: FieldTable,
+    ) -> BenchResult<()> {
         channel
             .exchange_declare(
                 ShortString::from(self.exchange.as_str()),
@@ -39,7 +49,7 @@ impl Topology {
             .queue_declare(
                 ShortString::from(self.queue.as_str()),
                 QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() },
-                FieldTable::default(),
+                arguments,
             )
             .await?;
         for key in routing_keys {

@@ -5,9 +5,11 @@
 //!    full and then every delivery report awaited, two ways, rounds interleaved: a raw rdkafka
 //!    `FutureProducer` (key and payload only: the ceiling) and `KafkaSender::send` with the same
 //!    batches (key, payload and the `oncebox_*` headers);
-//! 2. drain: a backlog in PostgreSQL relayed by the engine through a `KafkaSender`, compared with
-//!    the raw claim + settle loop on the same backlog (no broker) and with the raw producer's rate
-//!    from phase 1: the drain cannot beat the slower of the two.
+//! 2. drain: a backlog in PostgreSQL relayed by the engine through a `KafkaSender` (once per
+//!    `--concurrency` value), compared on the same backlog with the raw claim + settle loop (no
+//!    broker), with the hand-written pipeline that produces each claimed batch with the raw
+//!    producer before settling it (one and two workers: the fair ceiling), and with the raw
+//!    producer's rate from phase 1.
 //!
 //! Each phase produces to a fresh single-partition topic; the tables live under a fresh prefix and
 //! are dropped at the end (the broker keeps the topics: tansu's memory storage goes with the process).
@@ -17,15 +19,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use oncebox_benches::kafka::create_topic;
-use oncebox_benches::pg_backlog::{Bench, RawSql, check_drained, fast_polling, raw_loop, write_template};
+use oncebox_benches::kafka::{RawKafkaSend, create_topic, produce_all, raw_producer};
+use oncebox_benches::pg_backlog::{
+    Bench, RawSend, RawSql, check_drained, fast_polling, raw_loop, write_template,
+};
 use oncebox_benches::{BenchPayload, BenchResult, EVENT_TYPE, median, per_second, server_url};
 use oncebox_core::config::EventSettings;
-use oncebox_core::{Config, Deadline, Dialect, Engine, EngineParts, Lifecycle, OutboundMessage, Sender};
+use oncebox_core::{Config, Deadline, Engine, EngineParts, Lifecycle, OutboundMessage, Sender};
 use oncebox_kafka::{KafkaSender, KafkaSenderConfig};
-use rdkafka::ClientConfig;
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use uuid::Uuid;
 
 const KAFKA_VARIABLE: &str = "ONCEBOX_KAFKA_BOOTSTRAP";
@@ -56,6 +57,12 @@ struct Args {
     /// Skip the drain phase (no PostgreSQL needed).
     #[arg(long)]
     skip_drain: bool,
+    /// The engine drains once per value, with its event type's `concurrency` set to it.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    concurrency: Vec<u32>,
+    /// Skip the publish phase (the drain's ratio to the raw producer is then left out).
+    #[arg(long)]
+    skip_publish: bool,
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
@@ -74,7 +81,7 @@ async fn run(args: Args, bootstrap: String) -> BenchResult<()> {
         "client and broker share {} CPUs; broker at {bootstrap}",
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
     );
-    let raw_rate = publish_phase(&args, &bootstrap).await?;
+    let raw_rate = if args.skip_publish { None } else { Some(publish_phase(&args, &bootstrap).await?) };
     if !args.skip_drain {
         let url = server_url(PG_VARIABLE, "postgres://postgres@127.0.0.1:5432/test")?;
         drain_phase(&args, &bootstrap, url, raw_rate).await?;
@@ -96,45 +103,6 @@ fn message(topic: &str, index: u64) -> OutboundMessage {
     }
 }
 
-/// The raw producer: the sender's delivery settings and nothing else.
-fn raw_producer(bootstrap: &str) -> BenchResult<FutureProducer> {
-    Ok(ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("acks", "all")
-        .set("enable.idempotence", "true")
-        .set("message.timeout.ms", DELIVERY_TIMEOUT.as_millis().to_string())
-        .create()?)
-}
-
-/// Enqueues every record of `batch` (key and payload), waiting for the oldest delivery when the
-/// local queue is full, then awaits every delivery report; returns how many were acknowledged.
-async fn publish_raw(producer: &FutureProducer, batch: &[OutboundMessage]) -> BenchResult<u64> {
-    let mut pending: std::collections::VecDeque<DeliveryFuture> = std::collections::VecDeque::new();
-    let mut acknowledged = 0u64;
-    for message in batch {
-        loop {
-            let record = FutureRecord::to(&message.topic).key(&message.key).payload(&message.payload);
-            match producer.send_result(record) {
-                Ok(delivery) => {
-                    pending.push_back(delivery);
-                    break;
-                }
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
-                    let oldest = pending.pop_front().ok_or("queue full with nothing of ours in it")?;
-                    oldest.await?.map_err(|(error, _)| error)?;
-                    acknowledged += 1;
-                }
-                Err((error, _)) => return Err(error.into()),
-            }
-        }
-    }
-    for delivery in pending {
-        delivery.await?.map_err(|(error, _)| error)?;
-        acknowledged += 1;
-    }
-    Ok(acknowledged)
-}
-
 async fn send(sender: &KafkaSender, batch: &[OutboundMessage]) -> BenchResult<u64> {
     let mut acknowledged = 0;
     for result in sender.send(batch, Deadline::after(DELIVERY_TIMEOUT)).await {
@@ -147,7 +115,7 @@ async fn send(sender: &KafkaSender, batch: &[OutboundMessage]) -> BenchResult<u6
 /// Phase 1; returns the raw producer's median rate.
 async fn publish_phase(args: &Args, bootstrap: &str) -> BenchResult<f64> {
     let topic = create_topic(bootstrap, "oncebox-bench-publish-").await?;
-    let raw = raw_producer(bootstrap)?;
+    let raw = raw_producer(bootstrap, DELIVERY_TIMEOUT)?;
     let sender = KafkaSender::new(KafkaSenderConfig::new(bootstrap))?;
     // As an engine configured with the same emergency timeout would hand it over.
     sender.adopt_emergency_timeout(DELIVERY_TIMEOUT)?;
@@ -176,8 +144,13 @@ async fn publish_phase(args: &Args, bootstrap: &str) -> BenchResult<f64> {
             let started = Instant::now();
             let mut acknowledged = 0u64;
             for batch in &batches {
-                acknowledged +=
-                    if index == 0 { publish_raw(&raw, batch).await? } else { send(&sender, batch).await? };
+                acknowledged += if index == 0 {
+                    let records =
+                        batch.iter().map(|message| (message.key.as_str(), message.payload.as_str()));
+                    produce_all(&raw, &topic, records).await?
+                } else {
+                    send(&sender, batch).await?
+                };
             }
             let elapsed = started.elapsed();
             let rate = per_second(acknowledged, elapsed);
@@ -209,7 +182,12 @@ async fn publish_phase(args: &Args, bootstrap: &str) -> BenchResult<f64> {
 }
 
 /// Phase 2.
-async fn drain_phase(args: &Args, bootstrap: &str, url: String, raw_producer_rate: f64) -> BenchResult<()> {
+async fn drain_phase(
+    args: &Args,
+    bootstrap: &str,
+    url: String,
+    raw_producer_rate: Option<f64>,
+) -> BenchResult<()> {
     let bench = Bench::connect(url, "kbench_").await?;
     let outcome = drain(args, bootstrap, &bench, raw_producer_rate).await;
     let cleaned = bench.drop_everything().await;
@@ -220,51 +198,44 @@ async fn drain_phase(args: &Args, bootstrap: &str, url: String, raw_producer_rat
     Ok(())
 }
 
-/// Drains a fresh copy of the backlog with `workers` raw claim + settle loops; returns events/s.
-async fn timed_raw_loop(bench: &Bench, events: u64, workers: usize, batch_size: u32) -> BenchResult<f64> {
+/// Drains a fresh copy of the backlog with `workers` raw loops, each sending every batch through
+/// `send` between claim and settle when given; returns events/s.
+async fn timed_raw_loop(
+    bench: &Bench,
+    events: u64,
+    workers: usize,
+    batch_size: u32,
+    send: Option<Arc<dyn RawSend>>,
+) -> BenchResult<f64> {
     bench.reset_backlog(events).await?;
-    let (totals, elapsed) = raw_loop(bench, RawSql::HandWritten, workers, batch_size).await?;
-    check_drained(bench, "raw loop").await?;
+    let label = match send {
+        Some(_) => format!("raw claim → produce → settle pipeline, {workers} worker(s)"),
+        None => format!("raw SQL claim + settle loop (no broker), {workers} worker(s)"),
+    };
+    let (totals, elapsed) = raw_loop(bench, RawSql::HandWritten, workers, batch_size, send).await?;
+    check_drained(bench, &label).await?;
     let rate = per_second(totals.events, elapsed);
-    println!(
-        "raw SQL claim + settle loop, {workers} worker(s): {} events in {:.2} s = {rate:.0} events/s",
-        totals.events,
-        elapsed.as_secs_f64()
-    );
+    println!("{label}: {} events in {:.2} s = {rate:.0} events/s", totals.events, elapsed.as_secs_f64());
     Ok(rate)
 }
 
-async fn drain(args: &Args, bootstrap: &str, bench: &Bench, raw_producer_rate: f64) -> BenchResult<()> {
-    let events = args.events;
-    let batch_size = u32::try_from(args.batch_size)?;
-    println!(
-        "\n## Drain: backlog of {events} events ({} B JSON payloads) in PostgreSQL, batch {batch_size}, tables {}",
-        oncebox_benches::PAYLOAD_BYTES,
-        bench.tables.prefix()
-    );
-    bench.create_tables().await?;
-    let started = Instant::now();
-    write_template(bench, events).await?;
-    println!("template backlog written in {:.1} s", started.elapsed().as_secs_f64());
-
-    let raw_db_rate = timed_raw_loop(bench, events, 1, batch_size).await?;
-    // The engine overlaps a claim, a send and a settle, so it may use two connections at once; the
-    // two-worker loop shows what the database gives two concurrent claimers.
-    let raw_db_rate_2 = timed_raw_loop(bench, events, 2, batch_size).await?;
-
+/// Drains a fresh copy of the backlog with one engine whose event type runs `concurrency` claim
+/// loops, through a `KafkaSender` to a fresh topic; returns events/s.
+async fn engine_drain(
+    bench: &Bench,
+    bootstrap: &str,
+    events: u64,
+    batch_size: u32,
+    concurrency: u32,
+) -> BenchResult<f64> {
     bench.reset_backlog(events).await?;
     let topic = create_topic(bootstrap, "oncebox-bench-drain-").await?;
-    let config = Config::builder()
-        .table_prefix(bench.tables.prefix())
-        .event(EVENT_TYPE, EventSettings::new(&topic).batch_size(batch_size).polling(fast_polling()))
-        .build()?;
+    let settings =
+        EventSettings::new(&topic).batch_size(batch_size).concurrency(concurrency).polling(fast_polling());
+    let config = Config::builder().table_prefix(bench.tables.prefix()).event(EVENT_TYPE, settings).build()?;
     let dialect = bench.instance().await?;
     let sender = KafkaSender::new(KafkaSenderConfig::new(bootstrap))?;
-    let mut parts = EngineParts::new(config);
-    parts.outbox = Some(dialect.outbox_dao());
-    parts.dlq = Some(dialect.dlq_dao());
-    parts.inbox = Some(dialect.inbox_dao());
-    parts.job_lock = Some(dialect.job_lock());
+    let mut parts = EngineParts::with_dialect(config, &dialect);
     parts.sender = Some(Arc::new(sender));
     let started = Instant::now();
     let engine = Engine::start(parts)?;
@@ -287,26 +258,68 @@ async fn drain(args: &Args, bootstrap: &str, bench: &Bench, raw_producer_rate: f
     engine.shutdown(Duration::from_secs(30)).await?;
     let stats = engine.stats();
     dialect.pool().close().await;
-    check_drained(bench, "engine → KafkaSender").await?;
-    let engine_rate = per_second(stats.delivered, elapsed);
+    let label = format!("engine → KafkaSender, 1 instance, concurrency {concurrency}");
+    check_drained(bench, &label).await?;
+    let rate = per_second(stats.delivered, elapsed);
     println!(
-        "engine → KafkaSender, 1 instance: {} events in {:.2} s = {engine_rate:.0} events/s ({} task runs failed)",
+        "{label}: {} events in {:.2} s = {rate:.0} events/s ({} task runs failed)",
         stats.delivered,
         elapsed.as_secs_f64(),
         stats.task_errors
     );
-    let ceiling = raw_db_rate.min(raw_producer_rate);
-    println!("\n| drain | events/s | ratio to min(raw DB loop, raw producer) |");
-    println!("|---|---:|---:|");
-    println!("| raw SQL claim + settle loop (no broker) | {raw_db_rate:.0} | {:.3} |", raw_db_rate / ceiling);
+    Ok(rate)
+}
+
+async fn drain(
+    args: &Args,
+    bootstrap: &str,
+    bench: &Bench,
+    raw_producer_rate: Option<f64>,
+) -> BenchResult<()> {
+    let events = args.events;
+    let batch_size = u32::try_from(args.batch_size)?;
     println!(
-        "| raw producer (phase 1 median) | {raw_producer_rate:.0} | {:.3} |",
-        raw_producer_rate / ceiling
+        "\n## Drain: backlog of {events} events ({} B JSON payloads) in PostgreSQL, batch {batch_size}, tables {}",
+        oncebox_benches::PAYLOAD_BYTES,
+        bench.tables.prefix()
     );
-    println!("| engine → KafkaSender | {engine_rate:.0} | {:.3} |", engine_rate / ceiling);
+    bench.create_tables().await?;
+    let started = Instant::now();
+    write_template(bench, events).await?;
+    println!("template backlog written in {:.1} s", started.elapsed().as_secs_f64());
+
+    let mut rows: Vec<(String, f64)> = Vec::new();
+    for workers in [1, 2] {
+        let rate = timed_raw_loop(bench, events, workers, batch_size, None).await?;
+        rows.push((format!("raw SQL claim + settle loop, no broker, {workers} worker(s)"), rate));
+    }
+    // The fair ceiling: what a hand-written relay with the same producer reaches, two workers
+    // sharing one producer as one process would.
+    let mut pipeline = Vec::new();
+    for workers in [1, 2] {
+        let send: Arc<dyn RawSend> = Arc::new(RawKafkaSend {
+            producer: raw_producer(bootstrap, DELIVERY_TIMEOUT)?,
+            topic: create_topic(bootstrap, "oncebox-bench-raw-drain-").await?,
+        });
+        let rate = timed_raw_loop(bench, events, workers, batch_size, Some(send)).await?;
+        pipeline.push(rate);
+        rows.push((format!("raw claim → produce → settle pipeline, {workers} worker(s)"), rate));
+    }
+    for &concurrency in &args.concurrency {
+        let rate = engine_drain(bench, bootstrap, events, batch_size, concurrency).await?;
+        rows.push((format!("**engine → KafkaSender, concurrency {concurrency}**"), rate));
+    }
     println!(
-        "\nraw loop with 2 workers: {raw_db_rate_2:.0} events/s; engine / that = {:.3}",
-        engine_rate / raw_db_rate_2
+        "\n| drain | events/s | ratio to the 2-worker pipeline | ratio to min(raw DB loop, raw producer) |"
     );
+    println!("|---|---:|---:|---:|");
+    let ceiling = raw_producer_rate.map(|producer| rows[0].1.min(producer));
+    if let Some(producer) = raw_producer_rate {
+        rows.insert(2, ("raw producer (publish phase median)".to_owned(), producer));
+    }
+    for (label, rate) in &rows {
+        let to_ceiling = ceiling.map_or("-".to_owned(), |ceiling| format!("{:.3}", rate / ceiling));
+        println!("| {label} | {rate:.0} | {:.3} | {to_ceiling} |", rate / pipeline[1]);
+    }
     Ok(())
 }

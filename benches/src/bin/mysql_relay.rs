@@ -3,7 +3,8 @@
 //! 1. the raw ceiling: a hand-written claim + settle loop (no broker, no engine) draining a
 //!    pre-filled backlog: `SELECT … FOR UPDATE SKIP LOCKED` + `UPDATE … IN (…)` in one transaction,
 //!    then `UPDATE … SET status = 'PROCESSED'`, with one worker and with two;
-//! 2. the engine draining the same backlog into the in-memory broker, one instance;
+//! 2. the engine draining the same backlog into the in-memory broker, one instance, with one claim
+//!    loop for the event type and with two (`concurrency: 2`);
 //! 3. publish overhead, interleaved: (A) a business insert, (B) A plus a hand-written outbox
 //!    insert, (C) A plus `Publisher::publish`.
 //!
@@ -106,19 +107,21 @@ async fn phases(bench: &Bench, args: &Args) -> BenchResult<()> {
             elapsed.as_secs_f64()
         );
     }
-    reset_backlog(bench).await?;
-    let elapsed = engine_drain(bench, args).await?;
-    let engine_rate = per_second(args.events, elapsed);
-    println!(
-        "| engine → in-memory broker, 1 instance | {} | {:.2} | {engine_rate:.0} |",
-        args.events,
-        elapsed.as_secs_f64()
-    );
-    println!(
-        "\nengine / raw (1 worker): {:.3}; engine / raw (2 workers): {:.3}",
-        engine_rate / raw_rates[0],
-        engine_rate / raw_rates[1]
-    );
+    for concurrency in [1, 2] {
+        reset_backlog(bench).await?;
+        let elapsed = engine_drain(bench, args, concurrency).await?;
+        let engine_rate = per_second(args.events, elapsed);
+        println!(
+            "| engine → in-memory broker, 1 instance, concurrency {concurrency} | {} | {:.2} | {engine_rate:.0} |",
+            args.events,
+            elapsed.as_secs_f64()
+        );
+        println!(
+            "\nconcurrency {concurrency}: engine / raw (1 worker): {:.3}; engine / raw (2 workers): {:.3}\n",
+            engine_rate / raw_rates[0],
+            engine_rate / raw_rates[1]
+        );
+    }
     publish_overhead(bench, args.iterations).await
 }
 
@@ -220,17 +223,14 @@ async fn raw_drain(bench: &Bench, workers: usize, batch_size: u32, events: u64) 
     Ok(started.elapsed())
 }
 
-async fn engine_drain(bench: &Bench, args: &Args) -> BenchResult<Duration> {
+/// One engine, its event type with `concurrency` claim loops, into the in-memory broker.
+async fn engine_drain(bench: &Bench, args: &Args, concurrency: u32) -> BenchResult<Duration> {
     let broker = MemoryBroker::new();
     let polling = oncebox_testkit::engine_suite::fast_polling();
-    let config = Config::builder()
-        .event(EVENT_TYPE, EventSettings::new(TOPIC).batch_size(args.batch_size).polling(polling))
-        .build()?;
-    let mut parts = EngineParts::new(config);
-    parts.outbox = Some(bench.dialect.outbox_dao());
-    parts.dlq = Some(bench.dialect.dlq_dao());
-    parts.inbox = Some(bench.dialect.inbox_dao());
-    parts.job_lock = Some(bench.dialect.job_lock());
+    let settings =
+        EventSettings::new(TOPIC).batch_size(args.batch_size).concurrency(concurrency).polling(polling);
+    let config = Config::builder().event(EVENT_TYPE, settings).build()?;
+    let mut parts = EngineParts::with_dialect(config, &bench.dialect);
     parts.sender = Some(Arc::new(broker));
     let started = Instant::now();
     let engine = Engine::start(parts)?;

@@ -303,7 +303,7 @@ impl DrainResult {
 }
 
 async fn raw_drain(bench: &Bench, sql: RawSql, workers: usize, batch_size: u32) -> BenchResult<DrainResult> {
-    let (totals, elapsed) = raw_loop(bench, sql, workers, batch_size).await?;
+    let (totals, elapsed) = raw_loop(bench, sql, workers, batch_size, None).await?;
     let plural = if workers == 1 { "" } else { "s" };
     let result = DrainResult {
         repetition: 0,
@@ -739,11 +739,7 @@ async fn start_publish_relay(bench: &Bench) -> BenchResult<(PgDialect, EngineHan
         .event(EVENT_TYPE, EventSettings::new("bench-topic"))
         .processed_clean_up(None)
         .build()?;
-    let mut parts = EngineParts::new(config);
-    parts.outbox = Some(dialect.outbox_dao());
-    parts.dlq = Some(dialect.dlq_dao());
-    parts.inbox = Some(dialect.inbox_dao());
-    parts.job_lock = Some(dialect.job_lock());
+    let mut parts = EngineParts::with_dialect(config, &dialect);
     parts.sender = Some(Arc::new(CountingSender));
     parts.wake_source = dialect.wake_source().await?;
     parts.activity = dialect.poller_activity();

@@ -87,11 +87,7 @@ fn start_with<D: Dialect>(
     sender: Arc<dyn Sender>,
     handler: Option<Arc<dyn DlqHandler>>,
 ) -> Result<EngineHandle, libtest_mimic::Failed> {
-    let mut parts = EngineParts::new(config);
-    parts.outbox = Some(dialect.outbox_dao());
-    parts.dlq = Some(dialect.dlq_dao());
-    parts.inbox = Some(dialect.inbox_dao());
-    parts.job_lock = Some(dialect.job_lock());
+    let mut parts = EngineParts::with_dialect(config, dialect);
     parts.sender = Some(sender);
     if let Some(handler) = handler {
         parts.dlq_handler = handler;

@@ -28,7 +28,7 @@ pub use tasks::{
 
 use crate::activity::{PollerActivity, WAKE_GRACE};
 use crate::config::{CleanUpConfig, Config, DlqConfig, OutboxConfig, Polling};
-use crate::dao::{DlqDao, InboxDao, JobLock, OutboxDao, WakeSource, WakeUp};
+use crate::dao::{Dialect, DlqDao, InboxDao, JobLock, OutboxDao, WakeSource, WakeUp};
 use crate::error::{Error, ErrorKind, Result};
 use crate::hooks::{DlqHandler, LogDlqHandler, NoMetrics, OutboxMetrics, TaskOutcome};
 use crate::polling::{RunResult, Schedule};
@@ -164,6 +164,18 @@ impl EngineParts {
             activity: None,
             worker_id: Uuid::new_v4(),
         }
+    }
+
+    /// Parts with every DAO of `dialect` and its job lock attached, for code that assembles an
+    /// engine by hand (tests, benchmarks); the facade's builder attaches only what the schema plan
+    /// asks for, and adds the wake-up source.
+    pub fn with_dialect(config: Config, dialect: &impl Dialect) -> Self {
+        let mut parts = Self::new(config);
+        parts.outbox = Some(dialect.outbox_dao());
+        parts.dlq = Some(dialect.dlq_dao());
+        parts.inbox = Some(dialect.inbox_dao());
+        parts.job_lock = Some(dialect.job_lock());
+        parts
     }
 }
 

@@ -48,11 +48,7 @@ async fn start(
     config: Config,
     sender: Arc<dyn Sender>,
 ) -> Result<EngineHandle, Failed> {
-    let mut parts = EngineParts::new(config);
-    parts.outbox = Some(dialect.outbox_dao());
-    parts.dlq = Some(dialect.dlq_dao());
-    parts.inbox = Some(dialect.inbox_dao());
-    parts.job_lock = Some(dialect.job_lock());
+    let mut parts = EngineParts::with_dialect(config, dialect);
     parts.sender = Some(sender);
     Engine::start(parts).map_err(fail)
 }

@@ -80,11 +80,7 @@ async fn start(
     sender: Arc<dyn Sender>,
     wake: bool,
 ) -> Result<EngineHandle, Failed> {
-    let mut parts = EngineParts::new(config);
-    parts.outbox = Some(dialect.outbox_dao());
-    parts.dlq = Some(dialect.dlq_dao());
-    parts.inbox = Some(dialect.inbox_dao());
-    parts.job_lock = Some(dialect.job_lock());
+    let mut parts = EngineParts::with_dialect(config, dialect);
     parts.sender = Some(sender);
     if wake {
         parts.wake_source = dialect.wake_source().await.map_err(fail)?;
