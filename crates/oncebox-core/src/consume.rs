@@ -47,6 +47,10 @@ use crate::event::{HEADER_EVENT_ID, HEADER_EVENT_TYPE, HEADER_PAYLOAD_TYPE, Head
 use crate::inbox::{ConsumeError, Consumed, Inbox};
 use crate::serializer::{Deserializer, JsonSerializer};
 
+mod pipeline;
+
+pub use pipeline::{Ended, Pipeline, RetryPolicy, Verdict, stopped, until_shutdown};
+
 /// Prefix of the headers oncebox writes itself; they are read into [`Received`]'s fields and never
 /// passed on as user headers.
 pub const ONCEBOX_HEADER_PREFIX: &str = "oncebox_";
@@ -440,8 +444,11 @@ pub trait ListenerConfig: Sized {
     /// Checks every setting, naming the first that is wrong.
     fn validate(&self) -> Result<()>;
 
-    /// The listener with `handlers` (checked, and never empty).
-    fn listener(self, handlers: Handlers<Self::Source>) -> Result<Self::Listener>;
+    /// How a failed handler is retried.
+    fn retry(&self) -> RetryPolicy;
+
+    /// The listener running `pipeline` (its handlers checked, and never empty).
+    fn listener(self, pipeline: Pipeline<Self::Source>) -> Result<Self::Listener>;
 }
 
 /// Builds a transport's listener: one handler per event type, then [`build`](Self::build).
@@ -531,7 +538,8 @@ impl<C: ListenerConfig> ListenerBuilder<C> {
             return Err(Error::config(C::SECTION, "no event type has a handler"));
         }
         let handlers = self.handlers.for_consumer(self.config.consumer());
-        self.config.listener(handlers)
+        let retry = self.config.retry();
+        self.config.listener(Pipeline::new(handlers, retry))
     }
 }
 

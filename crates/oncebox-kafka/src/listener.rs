@@ -18,12 +18,12 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use oncebox_core::consume::{
-    EventHeaders, HandlerFailure, Handlers, ListenerBuilder, ListenerConfig, Outcome, Received,
+    Ended, EventHeaders, ListenerBuilder, ListenerConfig, Outcome, Pipeline, Received, RetryPolicy, Verdict,
+    stopped, until_shutdown,
 };
 use oncebox_core::event::HEADER_EVENT_TYPE;
 use oncebox_core::{Error, ErrorKind, Result};
@@ -90,7 +90,11 @@ impl ListenerConfig for KafkaListenerConfig {
         KafkaListenerConfig::validate(self)
     }
 
-    fn listener(self, handlers: Handlers<KafkaSource>) -> Result<KafkaListener> {
+    fn retry(&self) -> RetryPolicy {
+        RetryPolicy { backoff: self.retry, max_attempts: self.max_attempts }
+    }
+
+    fn listener(self, pipeline: Pipeline<KafkaSource>) -> Result<KafkaListener> {
         let dead_letters = match &self.dead_letter_topic {
             Some(_) => {
                 let client = self.dead_letter_producer_config();
@@ -102,8 +106,7 @@ impl ListenerConfig for KafkaListenerConfig {
             }
             None => None,
         };
-        let (outcomes, _) = broadcast::channel(1024);
-        Ok(KafkaListener { config: self, handlers, dead_letters, outcomes, poison: AtomicU64::new(0) })
+        Ok(KafkaListener { config: self, pipeline, dead_letters })
     }
 }
 
@@ -113,17 +116,15 @@ impl ListenerConfig for KafkaListenerConfig {
 /// parallelism across partitions.
 pub struct KafkaListener {
     config: KafkaListenerConfig,
-    handlers: Handlers<KafkaSource>,
+    pipeline: Pipeline<KafkaSource>,
     dead_letters: Option<FutureProducer>,
-    outcomes: broadcast::Sender<KafkaOutcome>,
-    poison: AtomicU64,
 }
 
 impl fmt::Debug for KafkaListener {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KafkaListener")
             .field("config", &self.config)
-            .field("event_types", &self.handlers.event_types())
+            .field("event_types", &self.pipeline.event_types())
             .finish()
     }
 }
@@ -222,10 +223,6 @@ fn partition_list(topic: &str, partition: i32) -> TopicPartitionList {
     list
 }
 
-fn decode_error(message: String) -> Error {
-    Error::new(ErrorKind::Decode, message)
-}
-
 /// Decodes the `oncebox_*` headers of a record. A missing, non-UTF-8 or non-UUID
 /// `oncebox_event_id`, or a missing `oncebox_event_type`, is a [`ErrorKind::Decode`] error naming
 /// the header.
@@ -262,12 +259,12 @@ impl KafkaListener {
     /// What the listener does with each record, as it happens (a bounded broadcast: a slow
     /// subscriber misses old outcomes rather than slowing the listener).
     pub fn outcomes(&self) -> broadcast::Receiver<KafkaOutcome> {
-        self.outcomes.subscribe()
+        self.pipeline.outcomes()
     }
 
     /// Poison records met since the listener was built.
     pub fn poison_records(&self) -> u64 {
-        self.poison.load(Ordering::Relaxed)
+        self.pipeline.poison_seen()
     }
 
     /// Joins the group and consumes until `shutdown` completes, then finishes the record in hand
@@ -287,22 +284,11 @@ impl KafkaListener {
         tracing::info!(group = %self.config.group_id, ?topics, "Kafka listener consuming");
         let (stop, stopping) = watch::channel(false);
         let mut committed: HashMap<PartitionKey, i64> = HashMap::new();
-        let result = {
-            let mut shutdown = std::pin::pin!(shutdown);
-            let mut consuming = std::pin::pin!(self.consume(&consumer, stopping, &mut committed));
-            tokio::select! {
-                () = &mut shutdown => {
-                    let _ = stop.send(true);
-                    match tokio::time::timeout(self.config.shutdown_grace, &mut consuming).await {
-                        Ok(result) => result,
-                        Err(_) => {
-                            tracing::warn!(group = %self.config.group_id, "Kafka listener did not stop within its shutdown grace");
-                            Ok(())
-                        }
-                    }
-                }
-                result = &mut consuming => result,
-            }
+        let consuming = self.consume(&consumer, stopping, &mut committed);
+        let (grace, group) = (self.config.shutdown_grace, &self.config.group_id);
+        let result = match until_shutdown(std::pin::pin!(shutdown), &stop, grace, group, consuming).await {
+            Ended::Finished(result) | Ended::ShutDown(Some(result)) => result,
+            Ended::ShutDown(None) => Ok(()),
         };
         // The per-record commits are asynchronous; one synchronous commit makes sure the last of
         // them reached the group coordinator before the consumer leaves. Partitions reassigned
@@ -479,46 +465,23 @@ impl KafkaListener {
         }
     }
 
-    fn report(&self, outcome: KafkaOutcome) {
-        // No subscriber is fine: outcomes are informational.
-        let _ = self.outcomes.send(outcome);
-    }
-
     /// Runs the handler for one record and decides what happens to its offset.
     async fn process(&self, consumer: &ListenerConsumer, record: &OwnedMessage, attempts: u32) -> Settled {
-        let event = match decode_record(record) {
-            Ok(event) => event,
-            Err(error) => return self.poison(consumer, record, None, error, attempts).await,
+        let verdict = match decode_record(record) {
+            Ok(event) => self.pipeline.run(event, attempts, true).await,
+            Err(error) => self.pipeline.undecodable(error, attempts),
         };
-        let id = event.id;
-        let Some(handler) = self.handlers.get(&event.event_type) else {
-            let error =
-                decode_error(format!("no handler for event type '{}' (event {id})", event.event_type));
-            return self.poison(consumer, record, Some(id), error, attempts).await;
-        };
-        match handler(event).await {
-            Ok(consumed) => {
+        match verdict {
+            Verdict::Settle(outcome) => {
                 self.commit(consumer, record);
-                self.report(if consumed.is_applied() {
-                    Outcome::Applied { id }
-                } else {
-                    Outcome::Duplicate { id }
-                });
+                self.pipeline.report(outcome);
                 Settled::Committed
             }
-            Err(HandlerFailure::Poison(error)) => {
-                self.poison(consumer, record, Some(id), error, attempts).await
-            }
-            Err(HandlerFailure::Failed(error)) => {
-                let attempts = attempts.saturating_add(1);
-                if self.config.max_attempts.is_some_and(|max| attempts >= max) {
-                    let error = error.context(format!("gave up after {attempts} attempts"));
-                    return self.poison(consumer, record, Some(id), error, attempts).await;
-                }
-                let retry_in = self.config.retry_delay(attempts);
-                tracing::warn!(event_id = %id, attempts, ?retry_in, %error, "handler failed; the record runs again after a pause");
-                self.report(Outcome::Retrying { id, attempts, retry_in, error: error.to_string() });
+            Verdict::Retry { attempts, retry_in } => {
                 Settled::Wait { attempts, retry_at: Some(Instant::now() + retry_in) }
+            }
+            Verdict::Poison { id, reason, attempts } => {
+                self.poison(consumer, record, id, reason, attempts).await
             }
         }
     }
@@ -543,20 +506,19 @@ impl KafkaListener {
         reason: Error,
         attempts: u32,
     ) -> Settled {
-        self.poison.fetch_add(1, Ordering::Relaxed);
         let (topic, partition, offset) = (record.topic().to_owned(), record.partition(), record.offset());
         tracing::error!(event_id = ?id, %topic, partition, offset, error = %reason, "poison Kafka record");
         let reason = reason.to_string();
         let (Some(producer), Some(dead_letter_topic)) = (&self.dead_letters, &self.config.dead_letter_topic)
         else {
             tracing::error!(%topic, partition, offset, "no dead-letter topic: the partition stops at the poison record");
-            self.report(Outcome::Held { id, at: format!("{topic}/{partition}@{offset}"), reason });
+            self.pipeline.report(Outcome::Held { id, at: format!("{topic}/{partition}@{offset}"), reason });
             return Settled::Wait { attempts, retry_at: None };
         };
         match self.dead_letter(producer, dead_letter_topic, record, &reason).await {
             Ok(()) => {
                 self.commit(consumer, record);
-                self.report(Outcome::DeadLettered { id, to: dead_letter_topic.clone(), reason });
+                self.pipeline.report(Outcome::DeadLettered { id, to: dead_letter_topic.clone(), reason });
                 Settled::Committed
             }
             Err(error) => {
@@ -604,11 +566,6 @@ enum Settled {
         attempts: u32,
         retry_at: Option<Instant>,
     },
-}
-
-/// Completes once `stopping` turns true (or its sender is gone).
-async fn stopped(stopping: &mut watch::Receiver<bool>) {
-    let _ = stopping.wait_for(|stop| *stop).await;
 }
 
 async fn sleep_until_some(deadline: Option<Instant>) {

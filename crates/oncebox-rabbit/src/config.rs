@@ -9,6 +9,8 @@ use oncebox_core::retry::Doubling;
 use oncebox_core::{Error, Result};
 use serde::Deserialize;
 
+use crate::topology::RabbitTopology;
+
 /// Default bound on opening or closing a connection outside a send ([`RabbitSender::connect`],
 /// [`RabbitSender::close`]); inside a send, the engine's deadline bounds connecting too.
 ///
@@ -234,47 +236,6 @@ pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 /// Default number of unacknowledged messages the broker sends ahead.
 pub const DEFAULT_PREFETCH: u16 = 32;
 
-/// The exchange, queue and bindings the listener declares when `declare` is on. Everything is
-/// durable; the queue gets `x-dead-letter-exchange` when a dead-letter exchange is named.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RabbitTopology {
-    /// Topic exchange the events are published to (the event types' `topic`).
-    pub exchange: String,
-    /// Binding keys from the exchange to the queue; empty means "every registered event type".
-    pub binding_keys: Vec<String>,
-    /// Fanout exchange that receives rejected messages.
-    pub dead_letter_exchange: Option<String>,
-    /// Queue bound to the dead-letter exchange, where people find poison messages.
-    pub dead_letter_queue: Option<String>,
-}
-
-impl RabbitTopology {
-    /// Topology for `exchange`, bound by every registered event type, without dead-lettering.
-    pub fn new(exchange: impl Into<String>) -> Self {
-        Self {
-            exchange: exchange.into(),
-            binding_keys: Vec::new(),
-            dead_letter_exchange: None,
-            dead_letter_queue: None,
-        }
-    }
-
-    /// Dead-letters rejected messages to `exchange` (fanout) and the queue `queue` bound to it.
-    #[must_use]
-    pub fn with_dead_letter(mut self, exchange: impl Into<String>, queue: impl Into<String>) -> Self {
-        self.dead_letter_exchange = Some(exchange.into());
-        self.dead_letter_queue = Some(queue.into());
-        self
-    }
-
-    /// Binds with these keys instead of the registered event types.
-    #[must_use]
-    pub fn with_binding_keys(mut self, keys: impl IntoIterator<Item = impl Into<String>>) -> Self {
-        self.binding_keys = keys.into_iter().map(Into::into).collect();
-        self
-    }
-}
-
 /// Where and how a [`RabbitListener`] consumes. `Debug` hides the URL's password.
 #[derive(Clone, PartialEq, Eq)]
 pub struct RabbitListenerConfig {
@@ -443,11 +404,6 @@ impl RabbitListenerConfig {
 
     pub(crate) fn reconnect_delay(&self, failures: u32) -> Duration {
         self.reconnect.delay(failures)
-    }
-
-    /// The wait before run `attempt + 1` after `attempt` failed runs.
-    pub(crate) fn retry_delay(&self, attempt: u32) -> Duration {
-        self.retry.delay(attempt)
     }
 }
 
@@ -710,14 +666,14 @@ mod tests {
             .with_reconnect_backoff(crate::MAX_RECONNECT_BACKOFF, crate::MAX_RECONNECT_BACKOFF)
             .with_shutdown_grace(MAX_SHUTDOWN_GRACE);
         assert!(longest.validate().is_ok(), "{longest:?}");
-        assert_eq!(longest.retry_delay(u32::MAX), MAX_RETRY_BACKOFF);
+        assert_eq!(longest.retry.delay(u32::MAX), MAX_RETRY_BACKOFF);
         assert_eq!(longest.reconnect_delay(u32::MAX), crate::MAX_RECONNECT_BACKOFF);
     }
 
     #[test]
     fn retry_delay_doubles_from_the_default_up_to_the_cap() {
         let config = RabbitListenerConfig::new("amqp://host", "billing");
-        let delays: Vec<Duration> = (1..=10).map(|attempt| config.retry_delay(attempt)).collect();
+        let delays: Vec<Duration> = (1..=10).map(|attempt| config.retry.delay(attempt)).collect();
         let expected =
             [200, 400, 800, 1600, 3200, 6400, 12_800, 25_600, 30_000, 30_000].map(Duration::from_millis);
         assert_eq!(delays, expected);

@@ -41,15 +41,17 @@ mod config;
 mod error;
 mod listener;
 mod sender;
+mod topology;
 
 pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_ATTEMPTS, DEFAULT_PREFETCH, DEFAULT_RECONNECT_MAX,
     DEFAULT_RECONNECT_MIN, DEFAULT_RETRY_MAX, DEFAULT_RETRY_MIN, DEFAULT_SHUTDOWN_GRACE, MAX_CONNECT_TIMEOUT,
     MAX_RECONNECT_BACKOFF, MAX_RETRY_BACKOFF, MAX_SHUTDOWN_GRACE, RabbitListenerConfig, RabbitSenderConfig,
-    RabbitTopology, redact_url,
+    redact_url,
 };
 pub use listener::{
     ListenerOutcome, RabbitEvent, RabbitListener, RabbitListenerBuilder, RabbitSource, decode_delivery,
 };
 pub use oncebox_core::consume::Outcome;
 pub use sender::RabbitSender;
+pub use topology::RabbitTopology;

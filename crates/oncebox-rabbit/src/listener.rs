@@ -20,7 +20,7 @@
 //!   `consumer_timeout`), when RabbitMQ delivers it again; once every slot holds one the listener
 //!   receives nothing more, so a queue that can receive poison needs a dead-letter exchange.
 //!
-//! The listener knows about a dead-letter exchange when its [topology](RabbitTopology::with_dead_letter)
+//! The listener knows about a dead-letter exchange when its [topology](crate::RabbitTopology::with_dead_letter)
 //! declares one, or when told with
 //! [`with_queue_dead_letter_exchange`](RabbitListenerConfig::with_queue_dead_letter_exchange) that a
 //! queue declared elsewhere has one. A message is never rejected without one, because RabbitMQ would
@@ -34,21 +34,20 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use lapin::message::Delivery;
-use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicQosOptions, BasicRejectOptions, ExchangeDeclareOptions,
-    QueueBindOptions, QueueDeclareOptions,
-};
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions, BasicRejectOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use lapin::{Connection, ConnectionProperties, ExchangeKind};
+use lapin::{Connection, ConnectionProperties};
 use oncebox_core::consume::{
-    EventHeaders, HandlerFailure, Handlers, ListenerBuilder, ListenerConfig, Outcome, Received,
+    Ended, EventHeaders, ListenerBuilder, ListenerConfig, Outcome, Pipeline, Received, RetryPolicy, Verdict,
+    stopped, until_shutdown,
 };
 use oncebox_core::{Error, ErrorKind, Result};
 use tokio::sync::{broadcast, watch};
 use uuid::Uuid;
 
-use crate::config::{RabbitListenerConfig, RabbitTopology, redact_url};
+use crate::config::{RabbitListenerConfig, redact_url};
 use crate::error::broker;
+use crate::topology::short;
 
 /// Longest wait for the broker to confirm closing a channel and connection.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -125,14 +124,12 @@ impl ListenerConfig for RabbitListenerConfig {
         RabbitListenerConfig::validate(self)
     }
 
-    fn listener(self, handlers: Handlers<RabbitSource>) -> Result<RabbitListener> {
-        let (outcomes, _) = broadcast::channel(1024);
-        Ok(RabbitListener {
-            config: self,
-            handlers: Arc::new(handlers),
-            outcomes,
-            local_attempts: Arc::new(Mutex::new(HashMap::new())),
-        })
+    fn retry(&self) -> RetryPolicy {
+        RetryPolicy { backoff: self.retry, max_attempts: Some(self.max_attempts) }
+    }
+
+    fn listener(self, pipeline: Pipeline<RabbitSource>) -> Result<RabbitListener> {
+        Ok(RabbitListener { config: self, pipeline, local_attempts: Arc::new(Mutex::new(HashMap::new())) })
     }
 }
 
@@ -142,8 +139,7 @@ impl ListenerConfig for RabbitListenerConfig {
 /// re-declaring the topology when `declare` is on) after the connection is lost.
 pub struct RabbitListener {
     config: RabbitListenerConfig,
-    handlers: Arc<Handlers<RabbitSource>>,
-    outcomes: broadcast::Sender<ListenerOutcome>,
+    pipeline: Pipeline<RabbitSource>,
     /// Failed handler runs seen by this process per event id: the attempt count, kept across a
     /// redelivery (after a reconnect) of a message that failed here. Entries go when the message is
     /// settled.
@@ -154,14 +150,9 @@ impl fmt::Debug for RabbitListener {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RabbitListener")
             .field("config", &self.config)
-            .field("event_types", &self.handlers.event_types())
+            .field("event_types", &self.pipeline.event_types())
             .finish()
     }
-}
-
-/// Why the decoding of a delivery failed: the message is poison.
-fn decode_error(message: String) -> Error {
-    Error::new(ErrorKind::Decode, message)
 }
 
 fn header_text(value: &AMQPValue) -> Option<String> {
@@ -204,11 +195,6 @@ pub fn decode_delivery(delivery: &Delivery) -> Result<RabbitEvent<Vec<u8>>> {
         redelivered: delivery.redelivered,
     };
     Ok(headers.into_received(event_type, source, delivery.data.clone()))
-}
-
-fn short(what: &str, value: &str) -> Result<ShortString> {
-    ShortString::try_new(value)
-        .map_err(|error| Error::config(what, "longer than 255 bytes").with_source(error))
 }
 
 /// The broker's delivery count of `delivery` when it is above [`DELIVERY_COUNT_WARNING`] on a
@@ -254,7 +240,7 @@ impl RabbitListener {
     /// What the listener does with each delivery, as it happens (a bounded broadcast: a slow
     /// subscriber misses old outcomes rather than slowing the listener).
     pub fn outcomes(&self) -> broadcast::Receiver<ListenerOutcome> {
-        self.outcomes.subscribe()
+        self.pipeline.outcomes()
     }
 
     /// Consumes until `shutdown` completes, then finishes the delivery in hand (within the
@@ -265,19 +251,12 @@ impl RabbitListener {
         let mut shutdown = std::pin::pin!(shutdown);
         let (stop, stopping) = watch::channel(false);
         let mut failures: u32 = 0;
+        let (grace, queue) = (self.config.shutdown_grace, &self.config.queue);
         loop {
-            let end = {
-                let mut session = std::pin::pin!(self.session(stopping.clone()));
-                tokio::select! {
-                    () = &mut shutdown => {
-                        let _ = stop.send(true);
-                        if tokio::time::timeout(self.config.shutdown_grace, &mut session).await.is_err() {
-                            tracing::warn!(queue = %self.config.queue, "RabbitMQ listener did not stop within its shutdown grace");
-                        }
-                        return Ok(());
-                    }
-                    end = &mut session => end,
-                }
+            let session = self.session(stopping.clone());
+            let end = match until_shutdown(shutdown.as_mut(), &stop, grace, queue, session).await {
+                Ended::Finished(end) => end,
+                Ended::ShutDown(_) => return Ok(()),
             };
             let error = match end {
                 SessionEnd::Stopped => return Ok(()),
@@ -357,7 +336,7 @@ impl RabbitListener {
             .map_err(|error| broker("setting the prefetch", error))?;
         let queue = short("rabbit.listener.queue", &self.config.queue)?;
         if let Some(topology) = &self.config.declare {
-            self.declare(channel, &queue, topology).await?;
+            topology.declare(channel, &self.config.queue, &self.pipeline.event_types()).await?;
         }
         let mut consumer = channel
             .basic_consume(
@@ -375,7 +354,7 @@ impl RabbitListener {
         loop {
             let next = tokio::select! {
                 biased;
-                _ = stopping.wait_for(|stop| *stop) => return Ok(true),
+                () = stopped(&mut stopping) => return Ok(true),
                 next = consumer.next() => next,
             };
             let Some(delivery) = next else {
@@ -400,88 +379,11 @@ impl RabbitListener {
         }
     }
 
-    async fn declare(
-        &self,
-        channel: &lapin::Channel,
-        queue: &ShortString,
-        topology: &RabbitTopology,
-    ) -> Result<()> {
-        let durable = ExchangeDeclareOptions { durable: true, ..ExchangeDeclareOptions::default() };
-        let exchange = short("rabbit.listener.declare.exchange", &topology.exchange)?;
-        channel
-            .exchange_declare(exchange.clone(), ExchangeKind::Topic, durable, FieldTable::default())
-            .await
-            .map_err(|error| broker(format!("declaring exchange '{}'", topology.exchange), error))?;
-        let mut arguments = FieldTable::default();
-        if let Some(dead_letter) = &topology.dead_letter_exchange {
-            let dead_letter_name = short("rabbit.listener.declare.dead-letter-exchange", dead_letter)?;
-            channel
-                .exchange_declare(dead_letter_name, ExchangeKind::Fanout, durable, FieldTable::default())
-                .await
-                .map_err(|error| broker(format!("declaring exchange '{dead_letter}'"), error))?;
-            arguments.insert(
-                ShortString::from("x-dead-letter-exchange"),
-                AMQPValue::LongString(LongString::from(dead_letter.clone())),
-            );
-            if let Some(dead_letter_queue) = &topology.dead_letter_queue {
-                let dead_letter_queue_name =
-                    short("rabbit.listener.declare.dead-letter-queue", dead_letter_queue)?;
-                channel
-                    .queue_declare(
-                        dead_letter_queue_name.clone(),
-                        QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() },
-                        FieldTable::default(),
-                    )
-                    .await
-                    .map_err(|error| broker(format!("declaring queue '{dead_letter_queue}'"), error))?;
-                channel
-                    .queue_bind(
-                        dead_letter_queue_name,
-                        short("rabbit.listener.declare.dead-letter-exchange", dead_letter)?,
-                        ShortString::from(""),
-                        QueueBindOptions::default(),
-                        FieldTable::default(),
-                    )
-                    .await
-                    .map_err(|error| broker(format!("binding queue '{dead_letter_queue}'"), error))?;
-            }
-        }
-        channel
-            .queue_declare(
-                queue.clone(),
-                QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() },
-                arguments,
-            )
-            .await
-            .map_err(|error| broker(format!("declaring queue '{}'", self.config.queue), error))?;
-        let keys: Vec<String> = if topology.binding_keys.is_empty() {
-            self.handlers.event_types().into_iter().map(str::to_owned).collect()
-        } else {
-            topology.binding_keys.clone()
-        };
-        for key in keys {
-            channel
-                .queue_bind(
-                    queue.clone(),
-                    exchange.clone(),
-                    short("rabbit.listener.declare.binding-keys", &key)?,
-                    QueueBindOptions::default(),
-                    FieldTable::default(),
-                )
-                .await
-                .map_err(|error| {
-                    broker(format!("binding queue '{}' with key '{key}'", self.config.queue), error)
-                })?;
-        }
-        Ok(())
-    }
-
-    /// The number of the handler run this delivery starts: the runs of `id` this process saw fail
-    /// (on earlier deliveries too), plus one. The broker's own count (`x-delivery-count`) is not
-    /// used: it also rises each time a channel closes with the message unacknowledged, even one never
-    /// handed to a handler, so a few reconnects would use up the attempts of messages that never
-    /// failed.
-    fn first_attempt(&self, id: Uuid) -> u32 {
+    /// The failed handler runs of `id` this process saw (on earlier deliveries too). The broker's
+    /// own count (`x-delivery-count`) is not used: it also rises each time a channel closes with
+    /// the message unacknowledged, even one never handed to a handler, so a few reconnects would
+    /// use up the attempts of messages that never failed.
+    fn failures(&self, id: Uuid) -> u32 {
         self.local_attempts
             .lock()
             .map(|mut counts| {
@@ -490,27 +392,20 @@ impl RabbitListener {
                 if counts.len() >= LOCAL_DELIVERY_ENTRIES && !counts.contains_key(&id) {
                     counts.clear();
                 }
-                counts.get(&id).copied().unwrap_or(0).saturating_add(1)
+                counts.get(&id).copied().unwrap_or(0)
             })
-            .unwrap_or(1)
+            .unwrap_or(0)
     }
 
-    /// Remembers that `attempts` runs of `id` have failed, for a later redelivery to this process.
-    fn failed_attempts(&self, id: Uuid, attempts: u32) {
+    /// Remembers that `attempts` runs of `id` have failed (`None`: it was settled), for a later
+    /// redelivery to this process.
+    fn remember(&self, id: Uuid, attempts: Option<u32>) {
         if let Ok(mut counts) = self.local_attempts.lock() {
-            counts.insert(id, attempts);
+            match attempts {
+                Some(attempts) => counts.insert(id, attempts),
+                None => counts.remove(&id),
+            };
         }
-    }
-
-    fn settled(&self, id: Uuid) {
-        if let Ok(mut counts) = self.local_attempts.lock() {
-            counts.remove(&id);
-        }
-    }
-
-    fn report(&self, outcome: ListenerOutcome) {
-        // No subscriber is fine: outcomes are informational.
-        let _ = self.outcomes.send(outcome);
     }
 
     /// Handles one delivery: runs the handler, retrying it in process with backoff while it fails,
@@ -534,15 +429,11 @@ impl RabbitListener {
             Err(error) => return self.give_up(delivery, None, error).await,
         };
         let id = event.id;
-        let Some(handler) = self.handlers.get(&event.event_type) else {
-            let error =
-                decode_error(format!("no handler for event type '{}' (event {id})", event.event_type));
-            return self.give_up(delivery, Some(id), error).await;
-        };
-        let mut attempt = self.first_attempt(id);
+        let mut failures = self.failures(id);
         loop {
-            let error = match handler(event.clone()).await {
-                Ok(consumed) => {
+            let retry_in = match self.pipeline.run(event.clone(), failures, self.config.dead_letters()).await
+            {
+                Verdict::Settle(outcome) => {
                     let acknowledged = delivery
                         .acker
                         .ack(BasicAckOptions::default())
@@ -553,36 +444,20 @@ impl RabbitListener {
                         // (the inbox then finds it consumed), so it is neither applied nor settled here.
                         return Err(channel_lost(format!("acknowledging event {id}")));
                     }
-                    self.settled(id);
-                    self.report(if consumed.is_applied() {
-                        Outcome::Applied { id }
-                    } else {
-                        Outcome::Duplicate { id }
-                    });
+                    self.remember(id, None);
+                    self.pipeline.report(outcome);
                     return Ok(Processed::Settled);
                 }
-                Err(HandlerFailure::Poison(error)) => return self.give_up(delivery, Some(id), error).await,
-                Err(HandlerFailure::Failed(error)) => error,
+                Verdict::Poison { id, reason, .. } => return self.give_up(delivery, id, reason).await,
+                Verdict::Retry { attempts, retry_in } => {
+                    self.remember(id, Some(attempts));
+                    failures = attempts;
+                    retry_in
+                }
             };
-            self.failed_attempts(id, attempt);
-            let exhausted = attempt >= self.config.max_attempts;
-            if exhausted && self.config.dead_letters() {
-                let error = error.context(format!("gave up after {attempt} attempts"));
-                return self.give_up(delivery, Some(id), error).await;
-            }
-            let retry_in = self.config.retry_delay(attempt);
-            if exhausted {
-                tracing::error!(
-                    event_id = %id, attempts = attempt, ?retry_in, %error,
-                    "handler keeps failing and the queue has no dead-letter exchange: the message stays unacknowledged and runs again after a pause, never discarded"
-                );
-            } else {
-                tracing::warn!(event_id = %id, attempts = attempt, ?retry_in, %error, "handler failed; the message runs again after a pause");
-            }
-            self.report(Outcome::Retrying { id, attempts: attempt, retry_in, error: error.to_string() });
             tokio::select! {
                 biased;
-                _ = stopping.wait_for(|stop| *stop) => return Ok(Processed::Stopping),
+                () = stopped(stopping) => return Ok(Processed::Stopping),
                 () = tokio::time::sleep(retry_in) => {}
                 () = channel_closed(channel, &delivery) => {}
             }
@@ -596,7 +471,6 @@ impl RabbitListener {
                     ),
                 ));
             }
-            attempt = attempt.saturating_add(1);
         }
     }
 
@@ -608,7 +482,7 @@ impl RabbitListener {
                 event_id = ?id, routing_key = %delivery.routing_key, error = %reason,
                 "a message cannot be handled and the queue has no dead-letter exchange: it stays unacknowledged, never discarded, and occupies a prefetch slot until the channel closes; give the queue a dead-letter exchange so such messages leave it"
             );
-            self.report(Outcome::Held {
+            self.pipeline.report(Outcome::Held {
                 id,
                 at: format!("queue '{}'", self.config.queue),
                 reason: reason.to_string(),
@@ -632,9 +506,9 @@ impl RabbitListener {
             }));
         }
         if let Some(id) = id {
-            self.settled(id);
+            self.remember(id, None);
         }
-        self.report(Outcome::DeadLettered {
+        self.pipeline.report(Outcome::DeadLettered {
             id,
             to: self.config.dead_letter_destination(),
             reason: reason.to_string(),
@@ -724,11 +598,11 @@ mod tests {
             .on("order-created", |_: RabbitEvent<serde_json::Value>| async { Ok(Consumed::Applied(())) })
             .build()?;
         let id = Uuid::now_v7();
-        assert_eq!(listener.first_attempt(id), 1, "a message never failed here starts at run one");
-        listener.failed_attempts(id, 3);
-        assert_eq!(listener.first_attempt(id), 4, "a redelivery continues the count of this process");
-        listener.settled(id);
-        assert_eq!(listener.first_attempt(id), 1);
+        assert_eq!(listener.failures(id), 0, "a message never failed here starts with no failure");
+        listener.remember(id, Some(3));
+        assert_eq!(listener.failures(id), 3, "a redelivery continues the count of this process");
+        listener.remember(id, None);
+        assert_eq!(listener.failures(id), 0);
         Ok(())
     }
 
