@@ -65,15 +65,16 @@
 mod config;
 mod error;
 mod listener;
+mod record;
 mod sender;
 
 pub use config::{
     DEFAULT_EMERGENCY_TIMEOUT, DEFAULT_RETRY_MAX, DEFAULT_RETRY_MIN, DEFAULT_SHUTDOWN_GRACE,
     KafkaListenerConfig, KafkaSenderConfig, MAX_EMERGENCY_TIMEOUT, MAX_LISTENER_WAIT,
 };
-pub use listener::{
-    HEADER_DEAD_LETTER_REASON, HEADER_DEAD_LETTER_SOURCE, KafkaEvent, KafkaListener, KafkaListenerBuilder,
-    KafkaOutcome, KafkaSource, decode_record,
-};
+pub use listener::{KafkaListener, KafkaListenerBuilder, KafkaOutcome};
 pub use oncebox_core::consume::Outcome;
+pub use record::{
+    HEADER_DEAD_LETTER_REASON, HEADER_DEAD_LETTER_SOURCE, KafkaEvent, KafkaSource, decode_record,
+};
 pub use sender::KafkaSender;

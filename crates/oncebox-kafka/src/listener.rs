@@ -22,13 +22,11 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use oncebox_core::consume::{
-    Ended, EventHeaders, ListenerBuilder, ListenerConfig, Outcome, Pipeline, Received, RetryPolicy, Verdict,
-    stopped, until_shutdown,
+    Ended, ListenerBuilder, ListenerConfig, Outcome, Pipeline, RetryPolicy, Verdict, stopped, until_shutdown,
 };
-use oncebox_core::event::HEADER_EVENT_TYPE;
-use oncebox_core::{Error, ErrorKind, Result};
+use oncebox_core::{Error, Result};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
-use rdkafka::message::{Header, Headers as _, Message, OwnedHeaders, OwnedMessage};
+use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tokio::sync::{broadcast, watch};
@@ -37,11 +35,8 @@ use uuid::Uuid;
 
 use crate::config::KafkaListenerConfig;
 use crate::error::{consumer_error, creation_error, produce_error};
+use crate::record::{KafkaSource, dead_letter_headers, decode_record};
 
-/// Header naming why a record was dead-lettered.
-pub const HEADER_DEAD_LETTER_REASON: &str = "oncebox_dead_letter_reason";
-/// Header naming the topic, partition and offset a dead-lettered record came from (`topic/partition/offset`).
-pub const HEADER_DEAD_LETTER_SOURCE: &str = "oncebox_dead_letter_source";
 /// Pause after a consumer error before polling again, so a broken connection is not spun on.
 const CONSUMER_ERROR_PAUSE: Duration = Duration::from_millis(100);
 /// Records of a partition kept in memory behind a record that waits for a retry; at this many the
@@ -49,23 +44,6 @@ const CONSUMER_ERROR_PAUSE: Duration = Duration::from_millis(100);
 const MAX_QUEUED_BEHIND: usize = 10_000;
 /// Bound on producing one record to the dead-letter topic.
 const DEAD_LETTER_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// A record as a handler receives it: the decoded `oncebox_*` headers, where it came from
-/// ([`KafkaSource`]) and the typed payload.
-pub type KafkaEvent<T> = Received<T, KafkaSource>;
-
-/// Where a record came from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KafkaSource {
-    /// The record key, when it is UTF-8.
-    pub key: Option<String>,
-    /// Topic of the record.
-    pub topic: String,
-    /// Partition of the record.
-    pub partition: i32,
-    /// Offset of the record.
-    pub offset: i64,
-}
 
 /// What the listener did with one record: the [`Outcome`] every transport reports. A poison record
 /// without a dead-letter topic is [`Outcome::Held`] at `topic/partition@offset`: its partition
@@ -221,33 +199,6 @@ fn partition_list(topic: &str, partition: i32) -> TopicPartitionList {
     let mut list = TopicPartitionList::new();
     list.add_partition(topic, partition);
     list
-}
-
-/// Decodes the `oncebox_*` headers of a record. A missing, non-UTF-8 or non-UUID
-/// `oncebox_event_id`, or a missing `oncebox_event_type`, is a [`ErrorKind::Decode`] error naming
-/// the header.
-pub fn decode_record(record: &OwnedMessage) -> Result<KafkaEvent<Vec<u8>>> {
-    let place = format_args!("record {}/{}@{}", record.topic(), record.partition(), record.offset());
-    let entries = record
-        .headers()
-        .into_iter()
-        .flat_map(|list| list.iter())
-        .map(|Header { key, value }| (key, value.and_then(|bytes| std::str::from_utf8(bytes).ok())));
-    let headers = EventHeaders::decode(place, entries)?;
-    let Some(event_type) = headers.event_type.clone() else {
-        return Err(Error::new(
-            ErrorKind::Decode,
-            format!("{place} (event {}) has no {HEADER_EVENT_TYPE} header", headers.id),
-        ));
-    };
-    let source = KafkaSource {
-        key: record.key().and_then(|bytes| std::str::from_utf8(bytes).ok()).map(str::to_owned),
-        topic: record.topic().to_owned(),
-        partition: record.partition(),
-        offset: record.offset(),
-    };
-    let payload = record.payload().map(<[u8]>::to_vec).unwrap_or_default();
-    Ok(headers.into_received(event_type, source, payload))
 }
 
 impl KafkaListener {
@@ -537,11 +488,7 @@ impl KafkaListener {
         record: &OwnedMessage,
         reason: &str,
     ) -> Result<()> {
-        let source = format!("{}/{}/{}", record.topic(), record.partition(), record.offset());
-        let mut headers = record.headers().map_or_else(OwnedHeaders::new, OwnedHeaders::clone);
-        headers = headers
-            .insert(Header { key: HEADER_DEAD_LETTER_REASON, value: Some(reason.as_bytes()) })
-            .insert(Header { key: HEADER_DEAD_LETTER_SOURCE, value: Some(source.as_bytes()) });
+        let (headers, source) = dead_letter_headers(record, reason);
         let mut outgoing = FutureRecord::<[u8], [u8]>::to(dead_letter_topic).headers(headers);
         if let Some(key) = record.key() {
             outgoing = outgoing.key(key);
@@ -578,23 +525,6 @@ async fn sleep_until_some(deadline: Option<Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use oncebox_core::event::{HEADER_EVENT_ID, HEADER_PAYLOAD_TYPE};
-    use rdkafka::Timestamp;
-
-    fn record(headers: &[(&str, &[u8])]) -> OwnedMessage {
-        let owned = headers
-            .iter()
-            .fold(OwnedHeaders::new(), |list, (key, value)| list.insert(Header { key, value: Some(*value) }));
-        OwnedMessage::new(
-            Some(b"{}".to_vec()),
-            Some(b"customer-7".to_vec()),
-            "orders".to_owned(),
-            Timestamp::NotAvailable,
-            2,
-            41,
-            Some(owned),
-        )
-    }
 
     #[test]
     fn the_final_commit_leaves_out_partitions_lost_to_a_rebalance() {
@@ -607,49 +537,6 @@ mod tests {
         offsets.sort_by_key(|(partition, _)| *partition);
         assert_eq!(offsets, [(0, Offset::Offset(10)), (2, Offset::Offset(30))]);
         assert_eq!(final_offsets(&committed, &HashSet::new()).count(), 0);
-    }
-
-    #[test]
-    fn headers_decode_into_the_event() -> Result<()> {
-        let id = Uuid::now_v7();
-        let text = id.to_string();
-        let event = decode_record(&record(&[
-            (HEADER_EVENT_ID, text.as_bytes()),
-            (HEADER_EVENT_TYPE, b"order-created"),
-            (HEADER_PAYLOAD_TYPE, b"OrderCreated"),
-            ("traceparent", b"00-abc-def-01"),
-            ("binary", &[0xff, 0xfe]),
-        ]))?;
-        assert_eq!(event.id, id);
-        assert_eq!(event.event_type, "order-created");
-        assert_eq!(event.payload_type.as_deref(), Some("OrderCreated"));
-        assert_eq!(event.source.key.as_deref(), Some("customer-7"));
-        assert_eq!((event.source.partition, event.source.offset), (2, 41));
-        assert_eq!(event.headers.get("traceparent").map(String::as_str), Some("00-abc-def-01"));
-        assert!(!event.headers.contains_key("binary"), "non-UTF-8 header values are left out");
-        assert!(!event.headers.contains_key(HEADER_EVENT_ID));
-        Ok(())
-    }
-
-    #[test]
-    fn a_missing_or_malformed_id_or_type_is_a_decode_error_naming_the_header() {
-        let id = Uuid::now_v7().to_string();
-        type Case<'a> = (Vec<(&'a str, &'a [u8])>, &'a str);
-        let cases: Vec<Case<'_>> = vec![
-            (vec![(HEADER_EVENT_TYPE, b"t")], HEADER_EVENT_ID),
-            (vec![(HEADER_EVENT_ID, b"42"), (HEADER_EVENT_TYPE, b"t")], HEADER_EVENT_ID),
-            (vec![(HEADER_EVENT_ID, &[0xff]), (HEADER_EVENT_TYPE, b"t")], HEADER_EVENT_ID),
-            (vec![(HEADER_EVENT_ID, id.as_bytes())], HEADER_EVENT_TYPE),
-        ];
-        for (headers, named) in cases {
-            let error = decode_record(&record(&headers)).err();
-            assert!(
-                error.as_ref().is_some_and(
-                    |error| error.kind() == ErrorKind::Decode && error.to_string().contains(named)
-                ),
-                "{error:?}"
-            );
-        }
     }
 
     #[test]

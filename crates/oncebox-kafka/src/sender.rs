@@ -10,12 +10,12 @@ use oncebox_core::config::TransportKind;
 use oncebox_core::sender::unanswered_as_timeouts;
 use oncebox_core::{Deadline, Error, ErrorKind, OutboundMessage, Result, SendError, Sender};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::future_producer::OwnedDeliveryResult;
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 
 use crate::config::{DEFAULT_EMERGENCY_TIMEOUT, KafkaSenderConfig, MAX_EMERGENCY_TIMEOUT};
 use crate::error::{creation_error, needs_new_producer, produce_error};
+use crate::record::record_headers;
 
 /// How long to wait for room in librdkafka's queue when the queue is full of other batches'
 /// records (ours are awaited instead).
@@ -174,13 +174,6 @@ fn create_producer(config: &KafkaSenderConfig, emergency_timeout: Duration) -> R
         .create::<FutureProducer>()
         .map(Arc::new)
         .map_err(|error| creation_error("producer", &client, error))
-}
-
-/// The headers of `message` as Kafka record headers, values as raw UTF-8.
-fn record_headers(message: &OutboundMessage) -> OwnedHeaders {
-    message.wire_headers().iter().fold(OwnedHeaders::new(), |headers, (name, value)| {
-        headers.insert(Header { key: name, value: Some(value.as_bytes()) })
-    })
 }
 
 /// What a delivery report says about `message`; `fatal` is set when the producer must be replaced.

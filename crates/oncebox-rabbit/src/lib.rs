@@ -40,6 +40,7 @@
 mod config;
 mod error;
 mod listener;
+mod message;
 mod sender;
 mod topology;
 
@@ -49,9 +50,8 @@ pub use config::{
     MAX_RECONNECT_BACKOFF, MAX_RETRY_BACKOFF, MAX_SHUTDOWN_GRACE, RabbitListenerConfig, RabbitSenderConfig,
     redact_url,
 };
-pub use listener::{
-    ListenerOutcome, RabbitEvent, RabbitListener, RabbitListenerBuilder, RabbitSource, decode_delivery,
-};
+pub use listener::{ListenerOutcome, RabbitListener, RabbitListenerBuilder};
+pub use message::{RabbitEvent, RabbitSource, decode_delivery};
 pub use oncebox_core::consume::Outcome;
 pub use sender::RabbitSender;
 pub use topology::RabbitTopology;

@@ -35,11 +35,10 @@ use std::time::Duration;
 use futures::StreamExt;
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions, BasicRejectOptions};
-use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::types::{FieldTable, LongString, ShortString};
 use lapin::{Connection, ConnectionProperties};
 use oncebox_core::consume::{
-    Ended, EventHeaders, ListenerBuilder, ListenerConfig, Outcome, Pipeline, Received, RetryPolicy, Verdict,
-    stopped, until_shutdown,
+    Ended, ListenerBuilder, ListenerConfig, Outcome, Pipeline, RetryPolicy, Verdict, stopped, until_shutdown,
 };
 use oncebox_core::{Error, ErrorKind, Result};
 use tokio::sync::{broadcast, watch};
@@ -47,6 +46,7 @@ use uuid::Uuid;
 
 use crate::config::{RabbitListenerConfig, redact_url};
 use crate::error::broker;
+use crate::message::{RabbitSource, broker_may_drop, decode_delivery};
 use crate::topology::short;
 
 /// Longest wait for the broker to confirm closing a channel and connection.
@@ -57,27 +57,6 @@ const LOCAL_DELIVERY_ENTRIES: usize = 10_000;
 /// notification of a channel's closing, and a closed channel has returned the message to the
 /// queue, so the wait would otherwise keep the listener idle for up to the whole backoff.
 const CHANNEL_CHECK_INTERVAL: Duration = Duration::from_millis(250);
-/// A broker delivery count (`x-delivery-count`) above which a message on a queue without a known
-/// dead-letter exchange is logged at ERROR: a quorum queue's `delivery-limit` (20 by default on
-/// RabbitMQ 4) drops the message once its count reaches the limit.
-const DELIVERY_COUNT_WARNING: u64 = 10;
-
-/// An event as a handler receives it: the decoded `oncebox_*` headers, where it came from
-/// ([`RabbitSource`]) and the typed payload. Without an `oncebox_event_type` header the event type
-/// is the routing key.
-pub type RabbitEvent<T> = Received<T, RabbitSource>;
-
-/// Where a delivery came from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RabbitSource {
-    /// The exchange the message was published to.
-    pub exchange: String,
-    /// Its routing key.
-    pub routing_key: String,
-    /// Whether the broker delivered this message before.
-    pub redelivered: bool,
-}
-
 /// What the listener did with one delivery: the [`Outcome`] every transport reports. A poison
 /// message is [`Outcome::DeadLettered`] to the queue's dead-letter exchange (rejected without
 /// requeue) when it has one; otherwise [`Outcome::Held`]: left unacknowledged (never discarded)
@@ -153,62 +132,6 @@ impl fmt::Debug for RabbitListener {
             .field("event_types", &self.pipeline.event_types())
             .finish()
     }
-}
-
-fn header_text(value: &AMQPValue) -> Option<String> {
-    match value {
-        AMQPValue::LongString(text) => Some(String::from_utf8_lossy(text.as_bytes()).into_owned()),
-        AMQPValue::ShortString(text) => Some(text.as_str().to_owned()),
-        _ => None,
-    }
-}
-
-fn header_number(value: &AMQPValue) -> Option<u64> {
-    match value {
-        AMQPValue::LongLongInt(number) => u64::try_from(*number).ok(),
-        AMQPValue::LongInt(number) => u64::try_from(*number).ok(),
-        AMQPValue::LongUInt(number) => Some(u64::from(*number)),
-        AMQPValue::ShortInt(number) => u64::try_from(*number).ok(),
-        AMQPValue::ShortUInt(number) => Some(u64::from(*number)),
-        _ => None,
-    }
-}
-
-/// Decodes the `oncebox_*` headers of a delivery; a missing or malformed event id is a decode error.
-/// The broker's own `x-` headers are left out of the user's headers.
-pub fn decode_delivery(delivery: &Delivery) -> Result<RabbitEvent<Vec<u8>>> {
-    let place =
-        format_args!("the message on '{}' (routing key '{}')", delivery.exchange, delivery.routing_key);
-    let texts: Vec<(&str, Option<String>)> = delivery
-        .properties
-        .headers()
-        .iter()
-        .flat_map(|table| table.inner().iter())
-        .filter(|(name, _)| !name.as_str().starts_with("x-"))
-        .map(|(name, value)| (name.as_str(), header_text(value)))
-        .collect();
-    let headers = EventHeaders::decode(place, texts.iter().map(|(name, value)| (*name, value.as_deref())))?;
-    let event_type = headers.event_type.clone().unwrap_or_else(|| delivery.routing_key.as_str().to_owned());
-    let source = RabbitSource {
-        exchange: delivery.exchange.as_str().to_owned(),
-        routing_key: delivery.routing_key.as_str().to_owned(),
-        redelivered: delivery.redelivered,
-    };
-    Ok(headers.into_received(event_type, source, delivery.data.clone()))
-}
-
-/// The broker's delivery count of `delivery` when it is above [`DELIVERY_COUNT_WARNING`] on a
-/// queue without a known dead-letter exchange, where a delivery limit would drop the message.
-fn broker_may_drop(delivery: &Delivery, dead_letters: bool) -> Option<u64> {
-    if dead_letters {
-        return None;
-    }
-    let count = delivery
-        .properties
-        .headers()
-        .as_ref()
-        .and_then(|table| table.inner().get("x-delivery-count").and_then(header_number))?;
-    (count > DELIVERY_COUNT_WARNING).then_some(count)
 }
 
 /// An acknowledgement that lapin did not send because the channel had closed (`Ok(false)`).
@@ -520,77 +443,8 @@ impl RabbitListener {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lapin::BasicProperties;
+    use crate::RabbitEvent;
     use oncebox_core::Consumed;
-    use oncebox_core::event::{HEADER_EVENT_ID, HEADER_PAYLOAD_TYPE};
-
-    fn delivery(headers: &[(&str, &str)]) -> Delivery {
-        let mut table = FieldTable::default();
-        for (name, value) in headers {
-            table.insert(ShortString::from(*name), AMQPValue::LongString(LongString::from(*value)));
-        }
-        let mut delivery = Delivery::mock(
-            1,
-            ShortString::from("orders"),
-            ShortString::from("order-created"),
-            true,
-            b"{}".to_vec(),
-        );
-        delivery.properties = BasicProperties::default().with_headers(table);
-        delivery
-    }
-
-    #[test]
-    fn headers_decode_into_the_event() -> Result<()> {
-        let id = Uuid::now_v7();
-        let text = id.to_string();
-        let event = decode_delivery(&delivery(&[
-            (HEADER_EVENT_ID, &text),
-            (HEADER_PAYLOAD_TYPE, "OrderCreated"),
-            ("traceparent", "00-abc-def-01"),
-        ]))?;
-        assert_eq!(event.id, id);
-        assert_eq!(event.event_type, "order-created", "the routing key stands in for a missing type header");
-        assert_eq!(event.payload_type.as_deref(), Some("OrderCreated"));
-        assert_eq!(event.headers.get("traceparent").map(String::as_str), Some("00-abc-def-01"));
-        assert!(!event.headers.contains_key(HEADER_EVENT_ID));
-        assert!(event.source.redelivered);
-        Ok(())
-    }
-
-    #[test]
-    fn a_missing_or_malformed_event_id_is_a_decode_error_naming_the_header() {
-        for headers in [vec![], vec![(HEADER_EVENT_ID, "42")]] {
-            let error = decode_delivery(&delivery(&headers)).err();
-            assert!(
-                error
-                    .as_ref()
-                    .is_some_and(|error| error.kind() == ErrorKind::Decode
-                        && error.to_string().contains(HEADER_EVENT_ID)),
-                "{error:?}"
-            );
-        }
-    }
-
-    fn counted(count: Option<i64>) -> Delivery {
-        let mut delivery = delivery(&[]);
-        if let Some(count) = count {
-            let mut table = FieldTable::default();
-            table.insert(ShortString::from("x-delivery-count"), AMQPValue::LongLongInt(count));
-            delivery.properties = BasicProperties::default().with_headers(table);
-        }
-        delivery
-    }
-
-    #[test]
-    fn a_high_delivery_count_is_flagged_only_without_a_dead_letter_exchange() {
-        let limit = i64::try_from(DELIVERY_COUNT_WARNING).unwrap_or(i64::MAX);
-        assert_eq!(broker_may_drop(&counted(None), false), None, "classic queues keep no count");
-        assert_eq!(broker_may_drop(&counted(Some(limit)), false), None);
-        assert_eq!(broker_may_drop(&counted(Some(limit + 1)), false), Some(DELIVERY_COUNT_WARNING + 1));
-        assert_eq!(broker_may_drop(&counted(Some(19)), false), Some(19));
-        assert_eq!(broker_may_drop(&counted(Some(19)), true), None, "a dead-letter exchange keeps it");
-    }
 
     #[test]
     fn attempts_count_only_failed_runs_of_this_process() -> Result<()> {

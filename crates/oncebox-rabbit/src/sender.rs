@@ -7,8 +7,8 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
-use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
+use lapin::types::{LongString, ShortString};
+use lapin::{Channel, Confirmation, Connection, ConnectionProperties};
 use oncebox_core::config::TransportKind;
 use oncebox_core::sender::unanswered_as_timeouts;
 use oncebox_core::{Deadline, Error, ErrorKind, OutboundMessage, Result, SendError, Sender};
@@ -17,10 +17,7 @@ use tokio::time::Instant;
 
 use crate::config::{MAX_RECONNECT_BACKOFF, RabbitSenderConfig, redact_url};
 use crate::error::broker;
-
-/// AMQP delivery mode 2: the broker writes the message to disk in durable queues.
-const PERSISTENT: u8 = 2;
-const CONTENT_TYPE: &str = "application/json";
+use crate::message::prepare;
 
 /// Delivers outbox messages to RabbitMQ.
 ///
@@ -194,42 +191,6 @@ impl Link {
             self.channel = None;
         }
     }
-}
-
-/// The pieces of a message that must be valid AMQP short strings, checked before publishing so a
-/// bad message fails alone.
-struct Prepared {
-    exchange: ShortString,
-    routing_key: ShortString,
-    properties: BasicProperties,
-}
-
-fn short(what: &str, message: &OutboundMessage, value: &str) -> Result<ShortString> {
-    ShortString::try_new(value).map_err(|error| {
-        Error::new(ErrorKind::InvalidInput, format!("{what} of message {} is too long for AMQP", message.id))
-            .with_source(error)
-    })
-}
-
-fn prepare(message: &OutboundMessage) -> Result<Prepared> {
-    let mut headers = FieldTable::default();
-    for (name, value) in message.wire_headers() {
-        headers
-            .insert(short("a header name", message, &name)?, AMQPValue::LongString(LongString::from(value)));
-    }
-    let timestamp = u64::try_from(message.created_at.timestamp()).unwrap_or(0);
-    let properties = BasicProperties::default()
-        .with_delivery_mode(PERSISTENT)
-        .with_content_type(ShortString::from(CONTENT_TYPE))
-        .with_message_id(short("the id", message, &message.id.to_string())?)
-        .with_timestamp(timestamp)
-        .with_type(short("the payload type", message, &message.payload_type)?)
-        .with_headers(headers);
-    Ok(Prepared {
-        exchange: short("the exchange (topic)", message, &message.topic)?,
-        routing_key: short("the routing key (event type)", message, &message.event_type)?,
-        properties,
-    })
 }
 
 /// What the broker's confirm says about one message.
