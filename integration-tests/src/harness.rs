@@ -901,8 +901,7 @@ async fn drive<S: Store, T: Transport>(
     fleet.check_alive()?;
 
     // The publishers, in this process, on their own pool; each takes its share of the rate.
-    let mut publishing = store.open().await?;
-    publishing.use_tables(&names.outbox_tables()?);
+    let publishing = store.open().await?.with_tables(&names.outbox_tables()?);
     let publisher: crate::store::StorePublisher<S> =
         Publisher::new(Arc::new(publishing.writer()), [EVENT_TYPE.to_owned()]);
     let shared = Arc::new((publishing, publisher, names.clone()));

@@ -199,8 +199,13 @@ pub trait Dialect: Send + Sync + 'static {
     /// Short name for logs (`"sqlite"`, `"postgres"`, …).
     fn name(&self) -> &'static str;
 
-    /// Uses these table names (from `oncebox.tables.prefix`) for every statement.
-    fn use_tables(&mut self, tables: &TableNames);
+    /// The same dialect over `tables` (from `oncebox.tables.prefix`): every statement rendered
+    /// for them. A dialect's tables are fixed once it is built: the facade builds it this way
+    /// before anything uses it, and a clone keeps the tables it was built with.
+    #[must_use]
+    fn with_tables(self, tables: &TableNames) -> Self
+    where
+        Self: Sized;
 
     /// Turns database wake-ups off when `enabled` is false (`oncebox.outbox.wake-up: off`): the
     /// writer then signals nothing on publish and [`wake_source`](Self::wake_source) gives none.

@@ -149,12 +149,6 @@ impl MySqlDialect {
         config::check_server(&self.pool).await
     }
 
-    /// The same dialect using `tables` (see [`Dialect::use_tables`]).
-    pub fn with_tables(mut self, tables: &TableNames) -> Self {
-        self.use_tables(tables);
-        self
-    }
-
     /// The pool, for the caller's own transactions.
     pub fn pool(&self) -> &MySqlPool {
         &self.pool
@@ -226,8 +220,9 @@ impl Dialect for MySqlDialect {
         "mysql"
     }
 
-    fn use_tables(&mut self, tables: &TableNames) {
+    fn with_tables(mut self, tables: &TableNames) -> Self {
         self.queries = MySqlQueries::new(tables);
+        self
     }
 
     async fn create_schema(&self, plan: SchemaPlan) -> Result<()> {

@@ -147,12 +147,6 @@ impl OraDialect {
         }
     }
 
-    /// The same dialect using `tables` (see [`Dialect::use_tables`]).
-    pub fn with_tables(mut self, tables: &TableNames) -> Self {
-        self.use_tables(tables);
-        self
-    }
-
     /// The table names in use.
     pub fn tables(&self) -> &TableNames {
         &self.statements.tables
@@ -202,8 +196,9 @@ impl Dialect for OraDialect {
         "oracle"
     }
 
-    fn use_tables(&mut self, tables: &TableNames) {
+    fn with_tables(mut self, tables: &TableNames) -> Self {
         self.statements = Arc::new(Statements::new(tables));
+        self
     }
 
     async fn create_schema(&self, plan: SchemaPlan) -> Result<()> {

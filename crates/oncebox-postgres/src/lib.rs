@@ -139,12 +139,6 @@ impl PgDialect {
         Ok(Self::new(pool))
     }
 
-    /// The same dialect using `tables` (see [`Dialect::use_tables`]).
-    pub fn with_tables(mut self, tables: &TableNames) -> Self {
-        self.use_tables(tables);
-        self
-    }
-
     /// The same dialect with LISTEN/NOTIFY wake-ups on (the default) or off. Off, the writer sends
     /// no NOTIFY and [`Dialect::wake_source`] gives none: pollers find new rows on their schedule.
     pub fn with_wake_ups(mut self, enabled: bool) -> Self {
@@ -201,8 +195,9 @@ impl Dialect for PgDialect {
         "postgres"
     }
 
-    fn use_tables(&mut self, tables: &TableNames) {
+    fn with_tables(mut self, tables: &TableNames) -> Self {
         self.queries = PgQueries::new(tables);
+        self
     }
 
     async fn create_schema(&self, plan: SchemaPlan) -> Result<()> {

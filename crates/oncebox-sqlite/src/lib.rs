@@ -111,12 +111,6 @@ impl SqliteDialect {
         Ok(Self::new(pool))
     }
 
-    /// The same dialect using `tables` (see [`Dialect::use_tables`]).
-    pub fn with_tables(mut self, tables: &TableNames) -> Self {
-        self.use_tables(tables);
-        self
-    }
-
     /// The pool, for the caller's own transactions.
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
@@ -156,8 +150,9 @@ impl Dialect for SqliteDialect {
         "sqlite"
     }
 
-    fn use_tables(&mut self, tables: &TableNames) {
+    fn with_tables(mut self, tables: &TableNames) -> Self {
         self.queries = SqliteQueries::new(tables);
+        self
     }
 
     async fn create_schema(&self, plan: SchemaPlan) -> Result<()> {

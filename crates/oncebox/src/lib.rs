@@ -251,8 +251,8 @@ impl Dialect for Unassembled {
     fn name(&self) -> &'static str {
         match *self {}
     }
-    fn use_tables(&mut self, _tables: &oncebox_core::TableNames) {
-        match *self {}
+    fn with_tables(self, _tables: &oncebox_core::TableNames) -> Self {
+        match self {}
     }
     async fn create_schema(&self, _plan: SchemaPlan) -> Result<()> {
         match *self {}
@@ -367,7 +367,7 @@ impl<D: Dialect, S> OnceboxBuilder<D, S> {
     pub async fn start(self) -> Result<Oncebox<D, S>> {
         let OnceboxBuilder {
             config,
-            mut dialect,
+            dialect,
             sender,
             serializer,
             ids,
@@ -384,7 +384,7 @@ impl<D: Dialect, S> OnceboxBuilder<D, S> {
             ));
         }
         check_sender_transport(&config, sender.as_deref())?;
-        dialect.use_tables(&config.tables.names);
+        let mut dialect = dialect.with_tables(&config.tables.names);
         dialect.use_wake_ups(wake_ups_wanted(&config));
         let plan = SchemaPlan::for_config(&config);
         if config.tables.auto_create {

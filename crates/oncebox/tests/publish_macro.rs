@@ -114,8 +114,8 @@ where
     D::Writer: Clone + for<'t, 'c> OutboxWriter<&'t mut Transaction<'c, DB>>,
     DB: Database,
 {
-    async fn new(mut dialect: D, pool: Pool<DB>) -> Result<Self, Failed> {
-        dialect.use_tables(&TableNames::with_prefix(&random_prefix()).map_err(fail)?);
+    async fn new(dialect: D, pool: Pool<DB>) -> Result<Self, Failed> {
+        let dialect = dialect.with_tables(&TableNames::with_prefix(&random_prefix()).map_err(fail)?);
         dialect.create_schema(SchemaPlan::ALL).await.map_err(fail)?;
         Ok(Self { dialect, pool })
     }
