@@ -492,11 +492,6 @@ impl KafkaListenerConfig {
         Ok(())
     }
 
-    /// The wait before run `attempt + 1` after `attempt` failed runs.
-    pub(crate) fn retry_delay(&self, attempt: u32) -> Duration {
-        self.retry.delay(attempt)
-    }
-
     pub(crate) fn client_config(&self) -> ClientConfig {
         let mut config = ClientConfig::new();
         config
@@ -783,7 +778,7 @@ mod tests {
         assert!(longest.validate().is_ok());
         // The delay never exceeds the cap, whatever the attempt count.
         let capped = base().with_retry_backoff(Duration::from_secs(1), MAX_LISTENER_WAIT);
-        assert_eq!(capped.retry_delay(u32::MAX), MAX_LISTENER_WAIT);
+        assert_eq!(capped.retry.delay(u32::MAX), MAX_LISTENER_WAIT);
     }
 
     #[test]
@@ -870,7 +865,7 @@ mod tests {
     fn retry_delay_doubles_up_to_the_cap() {
         let config = KafkaListenerConfig::new("h:1", "g", ["t"])
             .with_retry_backoff(Duration::from_millis(100), Duration::from_millis(350));
-        let delays: Vec<Duration> = (1..5).map(|attempt| config.retry_delay(attempt)).collect();
+        let delays: Vec<Duration> = (1..5).map(|attempt| config.retry.delay(attempt)).collect();
         assert_eq!(delays, [100, 200, 350, 350].map(Duration::from_millis));
     }
 

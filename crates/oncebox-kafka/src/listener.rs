@@ -474,7 +474,7 @@ impl KafkaListener {
             }
             Err(error) => {
                 let attempts = attempts.saturating_add(1);
-                let retry_in = self.config.retry_delay(attempts);
+                let retry_in = self.pipeline.retry_delay(attempts);
                 tracing::warn!(%error, ?retry_in, "could not dead-letter a poison record; trying again after a pause");
                 Settled::Wait { attempts, retry_at: Some(Instant::now() + retry_in) }
             }

@@ -259,7 +259,7 @@ impl RabbitListener {
             .map_err(|error| broker("setting the prefetch", error))?;
         let queue = short("rabbit.listener.queue", &self.config.queue)?;
         if let Some(topology) = &self.config.declare {
-            topology.declare(channel, &self.config.queue, &self.pipeline.event_types()).await?;
+            topology.declare(channel, &queue, &self.pipeline.event_types()).await?;
         }
         let mut consumer = channel
             .basic_consume(

@@ -50,7 +50,12 @@ impl RabbitTopology {
     /// Declares the exchange, the dead-letter exchange and queue when named, and `queue` bound
     /// by the binding keys, or by `event_types` when there are none. Declaring what exists with
     /// the same arguments changes nothing, so every (re)connect does it.
-    pub(crate) async fn declare(&self, channel: &Channel, queue: &str, event_types: &[&str]) -> Result<()> {
+    pub(crate) async fn declare(
+        &self,
+        channel: &Channel,
+        queue: &ShortString,
+        event_types: &[&str],
+    ) -> Result<()> {
         let exchange = short("rabbit.listener.declare.exchange", &self.exchange)?;
         declare_exchange(channel, &exchange, ExchangeKind::Topic).await?;
         let mut arguments = FieldTable::default();
@@ -65,15 +70,14 @@ impl RabbitTopology {
                 bind(channel, &name, &dead_letter_exchange, &ShortString::from("")).await?;
             }
         }
-        let queue = short("rabbit.listener.queue", queue)?;
-        declare_queue(channel, &queue, arguments).await?;
+        declare_queue(channel, queue, arguments).await?;
         let keys = if self.binding_keys.is_empty() {
             event_types.iter().map(|key| (*key).to_owned()).collect()
         } else {
             self.binding_keys.clone()
         };
         for key in keys {
-            bind(channel, &queue, &exchange, &short("rabbit.listener.declare.binding-keys", &key)?).await?;
+            bind(channel, queue, &exchange, &short("rabbit.listener.declare.binding-keys", &key)?).await?;
         }
         Ok(())
     }

@@ -11,8 +11,7 @@ use std::time::Duration;
 use tokio::sync::{broadcast, watch};
 use uuid::Uuid;
 
-use super::{Handlers, Outcome, Received};
-use crate::consume::HandlerFailure;
+use super::{HandlerFailure, Handlers, Outcome, Received};
 use crate::error::{Error, ErrorKind};
 use crate::retry::Doubling;
 
@@ -94,6 +93,12 @@ impl<M: Send + 'static> Pipeline<M> {
         let _ = self.outcomes.send(outcome);
     }
 
+    /// The wait after `attempts` failed runs, by the [`RetryPolicy`]'s backoff: also the wait of
+    /// a transport's own retries, such as a dead-letter send that failed.
+    pub fn retry_delay(&self, attempts: u32) -> Duration {
+        self.retry.backoff.delay(attempts)
+    }
+
     /// Poison messages met since the listener was built.
     pub fn poison_seen(&self) -> u64 {
         self.poison.load(Ordering::Relaxed)
@@ -124,7 +129,7 @@ impl<M: Send + 'static> Pipeline<M> {
                 attempts,
             );
         }
-        let retry_in = self.retry.backoff.delay(attempts);
+        let retry_in = self.retry_delay(attempts);
         if exhausted {
             tracing::error!(
                 event_id = %id, attempts, ?retry_in, %error,
