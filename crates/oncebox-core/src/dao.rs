@@ -190,6 +190,25 @@ pub trait WakeSource: Send {
     async fn next(&mut self) -> Option<WakeUp>;
 }
 
+/// The DAOs of one database, as a [`Dialect`] provides them; cheap to clone.
+#[derive(Clone)]
+pub struct Daos {
+    /// The outbox DAO.
+    pub outbox: Arc<dyn OutboxDao>,
+    /// The DLQ DAO.
+    pub dlq: Arc<dyn DlqDao>,
+    /// The inbox DAO.
+    pub inbox: Arc<dyn InboxDao>,
+    /// The job lock.
+    pub job_lock: Arc<dyn JobLock>,
+}
+
+impl std::fmt::Debug for Daos {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Daos").finish_non_exhaustive()
+    }
+}
+
 /// Everything a database backend provides, assembled by the facade's builder.
 #[async_trait]
 pub trait Dialect: Send + Sync + 'static {
@@ -207,24 +226,43 @@ pub trait Dialect: Send + Sync + 'static {
     where
         Self: Sized;
 
-    /// Turns database wake-ups off when `enabled` is false (`oncebox.outbox.wake-up: off`): the
-    /// writer then signals nothing on publish and [`wake_source`](Self::wake_source) gives none.
-    /// `true` leaves the dialect as it was built. A dialect without wake-ups ignores it.
-    fn use_wake_ups(&mut self, enabled: bool) {
-        let _ = enabled;
+    /// The same dialect with database wake-ups off (`oncebox.outbox.wake-up: off`): its writer
+    /// signals nothing on publish and [`wake_source`](Self::wake_source) gives none. A dialect
+    /// without wake-ups is returned as it is.
+    #[must_use]
+    fn without_wake_ups(self) -> Self
+    where
+        Self: Sized,
+    {
+        self
     }
 
     /// Creates the planned tables and indexes if they do not exist (idempotent).
     async fn create_schema(&self, plan: SchemaPlan) -> Result<()>;
 
+    /// Every DAO over this dialect's tables.
+    fn daos(&self) -> Daos;
+
     /// The outbox DAO.
-    fn outbox_dao(&self) -> Arc<dyn OutboxDao>;
+    fn outbox_dao(&self) -> Arc<dyn OutboxDao> {
+        self.daos().outbox
+    }
+
     /// The DLQ DAO.
-    fn dlq_dao(&self) -> Arc<dyn DlqDao>;
+    fn dlq_dao(&self) -> Arc<dyn DlqDao> {
+        self.daos().dlq
+    }
+
     /// The inbox DAO.
-    fn inbox_dao(&self) -> Arc<dyn InboxDao>;
+    fn inbox_dao(&self) -> Arc<dyn InboxDao> {
+        self.daos().inbox
+    }
+
     /// The job lock.
-    fn job_lock(&self) -> Arc<dyn JobLock>;
+    fn job_lock(&self) -> Arc<dyn JobLock> {
+        self.daos().job_lock
+    }
+
     /// The write side.
     fn writer(&self) -> Self::Writer;
 

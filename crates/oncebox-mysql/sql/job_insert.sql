@@ -1,4 +1,4 @@
 -- Takes the lease on a job that has no row yet; a duplicate-key error means another instance was
 -- first.
 INSERT INTO {jobs} (name, locked_until, locked_at, locked_by)
-VALUES (?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?)
+VALUES (?1, UTC_TIMESTAMP(6) + INTERVAL ?2 MICROSECOND, UTC_TIMESTAMP(6), ?3)

@@ -64,14 +64,12 @@ mod queries;
 mod row;
 mod writer;
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
-use oncebox_core::{Dialect, DlqDao, Error, InboxDao, JobLock, OutboxDao, Result, SchemaPlan, TableNames};
+use oncebox_core::{Daos, Dialect, Error, Result, SchemaPlan, TableNames};
 use sqlx::MySqlPool;
 
 pub use config::{DEFAULT_MAX_CONNECTIONS, SESSION_SETUP, ServerVersion, connect_options, pool_options};
-use oncebox_sqlx::{SqlxDlqDao, SqlxInboxDao, SqlxJobLock, SqlxOutboxDao};
+use oncebox_sqlx::{SqlxDlqDao, SqlxInboxDao, SqlxJobLock, SqlxOutboxDao, SqlxStore};
 pub use queries::MySqlQueries;
 /// The sqlx this dialect is built on (0.9), so a service names the exact version the writer
 /// accepts: `oncebox::mysql::sqlx::Transaction<'_, oncebox::mysql::sqlx::MySql>`. Depending
@@ -82,27 +80,29 @@ pub use writer::MySqlWriter;
 use crate::error::SqlxResultExt;
 use crate::queries::ADD_RECOVERIES;
 
-/// [`OutboxDao`] for MySQL and MariaDB. There is no `UPDATE … RETURNING` and no
-/// `UPDATE … WHERE id IN (SELECT … LIMIT n)`, so a claim is one short transaction of two
+/// [`OutboxDao`](oncebox_core::OutboxDao) for MySQL and MariaDB. There is no `UPDATE … RETURNING`
+/// and no `UPDATE … WHERE id IN (SELECT … LIMIT n)`, so a claim is one short transaction of two
 /// statements: `SELECT … FOR UPDATE SKIP LOCKED` on the claim index, then `UPDATE … WHERE id IN`.
 /// Locks last only for that transaction, never while the broker is called. A settle is one
 /// transaction too, fenced by the claim token, so a retried settle never sees half of an earlier
 /// attempt.
 pub type MySqlOutboxDao = SqlxOutboxDao<MySqlQueries>;
 
-/// [`DlqDao`] for MySQL and MariaDB. Each transfer is one transaction: the source rows are locked
-/// with `FOR UPDATE SKIP LOCKED`, copied with `REPLACE INTO … SELECT` and deleted, so a row is in
-/// exactly one of the two tables at every commit and concurrent transfers never take the same row.
+/// [`DlqDao`](oncebox_core::DlqDao) for MySQL and MariaDB. Each transfer is one transaction: the
+/// source rows are locked with `FOR UPDATE SKIP LOCKED`, copied with `REPLACE INTO … SELECT` and
+/// deleted, so a row is in exactly one of the two tables at every commit and concurrent transfers
+/// never take the same row.
 pub type MySqlDlqDao = SqlxDlqDao<MySqlQueries>;
 
-/// [`InboxDao`] for MySQL and MariaDB: a record is a plain `INSERT`, and only the duplicate-key
-/// error on the primary key `(consumer, id)` means "already recorded", so two instances racing on
-/// the same id agree on which was first and every other failure still surfaces.
+/// [`InboxDao`](oncebox_core::InboxDao) for MySQL and MariaDB: a record is a plain `INSERT`, and
+/// only the duplicate-key error on the primary key `(consumer, id)` means "already recorded", so
+/// two instances racing on the same id agree on which was first and every other failure still
+/// surfaces.
 pub type MySqlInboxDao = SqlxInboxDao<MySqlQueries>;
 
-/// [`JobLock`] for MySQL and MariaDB: taking a lease updates the job's row only when its lease has
-/// run out on `UTC_TIMESTAMP(6)`, or inserts the row when there is none; of several instances
-/// trying at once exactly one succeeds, whatever their own clocks say.
+/// [`JobLock`](oncebox_core::JobLock) for MySQL and MariaDB: taking a lease updates the job's row
+/// only when its lease has run out on `UTC_TIMESTAMP(6)`, or inserts the row when there is none; of
+/// several instances trying at once exactly one succeeds, whatever their own clocks say.
 pub type MySqlJobLock = SqlxJobLock<MySqlQueries>;
 
 /// The named lock that serializes schema creation across instances.
@@ -112,16 +112,9 @@ const SCHEMA_LOCK_WAIT_SECONDS: i64 = 60;
 
 /// Everything oncebox needs from a MySQL or MariaDB database: the DAOs, the writer and
 /// auto-create.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct MySqlDialect {
-    pool: MySqlPool,
-    queries: Arc<MySqlQueries>,
-}
-
-impl std::fmt::Debug for MySqlDialect {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MySqlDialect").field("tables", self.queries.tables()).finish()
-    }
+    store: SqlxStore<MySqlQueries>,
 }
 
 impl MySqlDialect {
@@ -129,7 +122,7 @@ impl MySqlDialect {
     /// [`pool_options`] so its sessions run at READ COMMITTED; [`check_server`](Self::check_server)
     /// warns when they do not.
     pub fn new(pool: MySqlPool) -> Self {
-        Self { pool, queries: MySqlQueries::new(&TableNames::default()) }
+        Self { store: SqlxStore::new(pool, &TableNames::default()) }
     }
 
     /// Connects to a `mysql://` (or `mariadb://`) URL with [`pool_options`], then checks the server
@@ -146,37 +139,23 @@ impl MySqlDialect {
     /// 8.0.1, MariaDB before 10.6) with a clear error, instead of claims that wait on every locked
     /// row; logs a warning when the pool's sessions do not run at READ COMMITTED.
     pub async fn check_server(&self) -> Result<ServerVersion> {
-        config::check_server(&self.pool).await
+        config::check_server(self.pool()).await
     }
 
     /// The pool, for the caller's own transactions.
     pub fn pool(&self) -> &MySqlPool {
-        &self.pool
+        self.store.pool()
     }
 
     /// The table names in use.
     pub fn tables(&self) -> &TableNames {
-        self.queries.tables()
+        self.store.tables()
     }
 
-    /// The outbox DAO as its concrete type.
-    pub fn mysql_outbox_dao(&self) -> MySqlOutboxDao {
-        MySqlOutboxDao::new(self.pool.clone(), self.queries.clone())
-    }
-
-    /// The DLQ DAO as its concrete type.
-    pub fn mysql_dlq_dao(&self) -> MySqlDlqDao {
-        MySqlDlqDao::new(self.pool.clone(), self.queries.clone())
-    }
-
-    /// The inbox DAO as its concrete type.
-    pub fn mysql_inbox_dao(&self) -> MySqlInboxDao {
-        MySqlInboxDao::new(self.pool.clone(), self.queries.clone())
-    }
-
-    /// The job lock as its concrete type.
-    pub fn mysql_job_lock(&self) -> MySqlJobLock {
-        MySqlJobLock::new(self.pool.clone(), self.queries.clone())
+    /// The pool and the SQL for these tables, whose DAOs have their concrete types
+    /// ([`MySqlOutboxDao`], …).
+    pub fn store(&self) -> &SqlxStore<MySqlQueries> {
+        &self.store
     }
 
     /// Runs the planned DDL on `connection`, which holds the schema lock.
@@ -187,7 +166,7 @@ impl MySqlDialect {
         context: &str,
     ) -> Result<()> {
         let wanted = [plan.outbox, plan.dlq, plan.inbox, plan.jobs];
-        for (ddl, wanted) in self.queries.schema.iter().zip(wanted) {
+        for (ddl, wanted) in self.store.queries().schema.iter().zip(wanted) {
             if wanted {
                 sqlx::raw_sql(ddl.clone()).execute(&mut *connection).await.context(context)?;
             }
@@ -195,7 +174,7 @@ impl MySqlDialect {
         // Tables created before `recoveries` existed get it, once: MySQL 8 has no
         // ADD COLUMN IF NOT EXISTS.
         if plan.outbox && !self.events_have_recoveries(connection).await? {
-            let ddl = self.queries.schema[ADD_RECOVERIES].clone();
+            let ddl = self.store.queries().schema[ADD_RECOVERIES].clone();
             sqlx::raw_sql(ddl).execute(&mut *connection).await.context(context)?;
         }
         Ok(())
@@ -203,8 +182,8 @@ impl MySqlDialect {
 
     /// Whether the outbox table already has the `recoveries` column.
     async fn events_have_recoveries(&self, connection: &mut sqlx::MySqlConnection) -> Result<bool> {
-        let (columns,): (i64,) = sqlx::query_as(self.queries.events_have_recoveries.clone())
-            .bind(self.queries.tables().events())
+        let (columns,): (i64,) = sqlx::query_as(self.store.queries().events_have_recoveries.clone())
+            .bind(self.tables().events())
             .fetch_one(&mut *connection)
             .await
             .context("checking the outbox table's columns")?;
@@ -221,7 +200,7 @@ impl Dialect for MySqlDialect {
     }
 
     fn with_tables(mut self, tables: &TableNames) -> Self {
-        self.queries = MySqlQueries::new(tables);
+        self.store = self.store.with_tables(tables);
         self
     }
 
@@ -230,7 +209,7 @@ impl Dialect for MySqlDialect {
         self.check_server().await?;
         // DDL commits implicitly in MySQL, so a transaction cannot serialize it; a named lock
         // held by this connection lets one instance create while the others wait.
-        let mut connection = self.pool.acquire().await.context(context)?;
+        let mut connection = self.pool().acquire().await.context(context)?;
         let (locked,): (Option<i64>,) = sqlx::query_as("SELECT GET_LOCK(?, ?)")
             .bind(SCHEMA_LOCK)
             .bind(SCHEMA_LOCK_WAIT_SECONDS)
@@ -256,24 +235,12 @@ impl Dialect for MySqlDialect {
         released.map(drop)
     }
 
-    fn outbox_dao(&self) -> Arc<dyn OutboxDao> {
-        Arc::new(self.mysql_outbox_dao())
-    }
-
-    fn dlq_dao(&self) -> Arc<dyn DlqDao> {
-        Arc::new(self.mysql_dlq_dao())
-    }
-
-    fn inbox_dao(&self) -> Arc<dyn InboxDao> {
-        Arc::new(self.mysql_inbox_dao())
-    }
-
-    fn job_lock(&self) -> Arc<dyn JobLock> {
-        Arc::new(self.mysql_job_lock())
+    fn daos(&self) -> Daos {
+        self.store.daos()
     }
 
     fn writer(&self) -> MySqlWriter {
-        MySqlWriter::new(self.queries.clone())
+        MySqlWriter::new(self.store.queries().clone())
     }
 }
 

@@ -3,7 +3,6 @@
 //! own. Statements over a list of rows are finished per call with the right number of
 //! placeholders.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -13,7 +12,7 @@ use oncebox_core::{
     ClaimedBatch, Error, EventStatus, OutboxEvent, Result, SettleReport, Settlement, TableNames,
 };
 use oncebox_sqlx::{
-    BoundQuery, DecodeRow, Param, Queries, Statement, Statements, id_slots, micros, sql_files,
+    BoundQuery, DecodeRow, Param, Queries, Statement, Statements, id_slots, limit, micros, sql_files,
 };
 use sqlx::mysql::MySqlQueryResult;
 use sqlx::{AssertSqlSafe, MySql, MySqlConnection, MySqlPool, Row, SqlSafeStr, SqlStr};
@@ -99,20 +98,20 @@ pub struct MySqlQueries {
     /// Whether the outbox table (`?`) of the current database has `recoveries`.
     pub(crate) events_have_recoveries: SqlStr,
     pub(crate) insert_events: Template,
-    pub(crate) claim_select: SqlStr,
+    pub(crate) claim_select: Statement,
     pub(crate) claim_update: Statement,
     pub(crate) settle_processed: Statement,
     pub(crate) settle_outcomes: Template,
-    pub(crate) fail_undecodable: SqlStr,
-    pub(crate) dlq_lock_failed: SqlStr,
+    pub(crate) fail_undecodable: Statement,
+    pub(crate) dlq_lock_failed: Statement,
     pub(crate) dlq_copy_failed: Statement,
     pub(crate) delete_events_by_ids: Statement,
-    pub(crate) dlq_lock_to_retry: SqlStr,
+    pub(crate) dlq_lock_to_retry: Statement,
     pub(crate) events_insert_from_dlq: Statement,
     pub(crate) dlq_delete_by_ids: Statement,
-    pub(crate) inbox_record: SqlStr,
-    pub(crate) job_take_expired: SqlStr,
-    pub(crate) job_insert: SqlStr,
+    pub(crate) inbox_record: Statement,
+    pub(crate) job_take_expired: Statement,
+    pub(crate) job_insert: Statement,
 }
 
 /// The ids of `ids` without repeats, in first-seen order: a batch that names an id twice records it
@@ -130,43 +129,6 @@ fn render(tables: &TableNames, template: &str) -> String {
 }
 
 impl MySqlQueries {
-    /// Renders every template for `tables`.
-    pub(crate) fn new(tables: &TableNames) -> Arc<Self> {
-        let sql = |template: &str| AssertSqlSafe(render(tables, template)).into_sql_str();
-        let numbered = |template: &str| Statement::positional(&render(tables, template));
-        let migration =
-            |index: usize| AssertSqlSafe(tables.render_migration(MIGRATIONS[index].1)).into_sql_str();
-        Arc::new(Self {
-            common: Statements::new(tables, sql_files!(), numbered),
-            schema: [migration(0), migration(1), migration(2), migration(3), migration(ADD_RECOVERIES)],
-            events_have_recoveries: sql("SELECT COUNT(*) FROM information_schema.COLUMNS \
-                 WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'recoveries'"),
-            insert_events: Template::new(&render(tables, include_str!("../sql/insert_events.sql")), "{rows}"),
-            claim_select: sql(include_str!("../sql/claim_select.sql")),
-            claim_update: numbered(include_str!("../sql/claim_update.sql")),
-            settle_processed: numbered(include_str!("../sql/settle_processed.sql")),
-            settle_outcomes: Template::new(
-                &render(tables, include_str!("../sql/settle_outcomes.sql")),
-                "{outcomes}",
-            ),
-            fail_undecodable: sql(include_str!("../sql/fail_undecodable.sql")),
-            dlq_lock_failed: sql(include_str!("../sql/dlq_lock_failed.sql")),
-            dlq_copy_failed: numbered(include_str!("../sql/dlq_copy_failed.sql")),
-            delete_events_by_ids: numbered(include_str!("../sql/delete_events_by_ids.sql")),
-            dlq_lock_to_retry: sql(include_str!("../sql/dlq_lock_to_retry.sql")),
-            events_insert_from_dlq: numbered(include_str!("../sql/events_insert_from_dlq.sql")),
-            dlq_delete_by_ids: numbered(include_str!("../sql/dlq_delete_by_ids.sql")),
-            inbox_record: sql(include_str!("../sql/inbox_record.sql")),
-            job_take_expired: sql(include_str!("../sql/job_take_expired.sql")),
-            job_insert: sql(include_str!("../sql/job_insert.sql")),
-        })
-    }
-
-    /// The table names in use.
-    pub(crate) fn tables(&self) -> &TableNames {
-        self.common.tables()
-    }
-
     /// Runs `statement` over `ids` in chunks on `connection`, with `first` bound before them;
     /// the rows changed.
     async fn execute_over_ids(
@@ -180,8 +142,7 @@ impl MySqlQueries {
         let mut affected = 0;
         for chunk in ids.chunks(MAX_IDS_PER_STATEMENT) {
             let params: Vec<Param<'_>> = first.iter().copied().chain([Param::Ids(chunk)]).collect();
-            let query = self.bind(statement, &params)?;
-            affected += query.execute(&mut *connection).await.context(context)?.rows_affected();
+            affected += self.execute(&mut *connection, statement, &params, context).await?;
         }
         Ok(affected)
     }
@@ -225,6 +186,37 @@ impl Queries for MySqlQueries {
     type Format = MySqlRowFormat;
     const NAME: &'static str = "MySql";
     const MAX_IDS: usize = MAX_IDS_PER_STATEMENT;
+
+    fn new(tables: &TableNames) -> Self {
+        let sql = |template: &str| AssertSqlSafe(render(tables, template)).into_sql_str();
+        let numbered = |template: &str| Statement::positional(&render(tables, template));
+        let migration =
+            |index: usize| AssertSqlSafe(tables.render_migration(MIGRATIONS[index].1)).into_sql_str();
+        Self {
+            common: Statements::new(tables, sql_files!(), numbered),
+            schema: [migration(0), migration(1), migration(2), migration(3), migration(ADD_RECOVERIES)],
+            events_have_recoveries: sql("SELECT COUNT(*) FROM information_schema.COLUMNS \
+                 WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'recoveries'"),
+            insert_events: Template::new(&render(tables, include_str!("../sql/insert_events.sql")), "{rows}"),
+            claim_select: numbered(include_str!("../sql/claim_select.sql")),
+            claim_update: numbered(include_str!("../sql/claim_update.sql")),
+            settle_processed: numbered(include_str!("../sql/settle_processed.sql")),
+            settle_outcomes: Template::new(
+                &render(tables, include_str!("../sql/settle_outcomes.sql")),
+                "{outcomes}",
+            ),
+            fail_undecodable: numbered(include_str!("../sql/fail_undecodable.sql")),
+            dlq_lock_failed: numbered(include_str!("../sql/dlq_lock_failed.sql")),
+            dlq_copy_failed: numbered(include_str!("../sql/dlq_copy_failed.sql")),
+            delete_events_by_ids: numbered(include_str!("../sql/delete_events_by_ids.sql")),
+            dlq_lock_to_retry: numbered(include_str!("../sql/dlq_lock_to_retry.sql")),
+            events_insert_from_dlq: numbered(include_str!("../sql/events_insert_from_dlq.sql")),
+            dlq_delete_by_ids: numbered(include_str!("../sql/dlq_delete_by_ids.sql")),
+            inbox_record: numbered(include_str!("../sql/inbox_record.sql")),
+            job_take_expired: numbered(include_str!("../sql/job_take_expired.sql")),
+            job_insert: numbered(include_str!("../sql/job_insert.sql")),
+        }
+    }
 
     fn statements(&self) -> &Statements {
         &self.common
@@ -286,12 +278,8 @@ impl Queries for MySqlQueries {
         let mut batch = ClaimedBatch { event_type: event_type.to_owned(), claim_token, events: Vec::new() };
         let context = format!("claiming {event_type}");
         let mut tx = pool.begin().await.context(&context)?;
-        let rows = sqlx::query(self.claim_select.clone())
-            .bind(event_type)
-            .bind(u64::from(max_rows))
-            .fetch_all(&mut *tx)
-            .await
-            .context(&context)?;
+        let params = [Param::Text(event_type), limit(max_rows)];
+        let rows = self.fetch_all(&mut *tx, &self.claim_select, &params, &context).await?;
         let Some(first) = rows.first() else {
             // Nothing locked; ending the transaction now returns the connection sooner.
             tx.commit().await.context(&context)?;
@@ -307,13 +295,8 @@ impl Queries for MySqlQueries {
         self.execute_over_ids(&mut tx, &self.claim_update, &first, &ids, &context).await?;
         for (id, error) in decoded.undecodable_failures() {
             warn!(event_type, %id, %error, "claimed an outbox row that cannot be decoded; marked FAILED");
-            sqlx::query(self.fail_undecodable.clone())
-                .bind(error)
-                .bind(id)
-                .bind(claim_token)
-                .execute(&mut *tx)
-                .await
-                .context(&context)?;
+            let params = [Param::Text(&error), Param::Id(id), Param::Id(claim_token)];
+            self.execute(&mut *tx, &self.fail_undecodable, &params, &context).await?;
         }
         tx.commit().await.context(&context)?;
         let mut events = decoded.rows;
@@ -367,11 +350,7 @@ impl Queries for MySqlQueries {
     async fn transfer_to_dlq(&self, pool: &MySqlPool, max_rows: u32) -> Result<Vec<OutboxEvent>> {
         let context = "moving failed events to the DLQ";
         let mut tx = pool.begin().await.context(context)?;
-        let rows = sqlx::query(self.dlq_lock_failed.clone())
-            .bind(u64::from(max_rows))
-            .fetch_all(&mut *tx)
-            .await
-            .context(context)?;
+        let rows = self.fetch_all(&mut *tx, &self.dlq_lock_failed, &[limit(max_rows)], context).await?;
         if rows.is_empty() {
             tx.commit().await.context(context)?;
             return Ok(Vec::new());
@@ -390,15 +369,8 @@ impl Queries for MySqlQueries {
     async fn transfer_from_dlq(&self, pool: &MySqlPool, max_rows: u32) -> Result<u64> {
         let context = "moving DLQ events back to the outbox";
         let mut tx = pool.begin().await.context(context)?;
-        let rows = sqlx::query(self.dlq_lock_to_retry.clone())
-            .bind(u64::from(max_rows))
-            .fetch_all(&mut *tx)
-            .await
-            .context(context)?;
-        let ids = rows
-            .iter()
-            .map(|row| row.try_get::<Uuid, _>("id").map_err(|error| database_error(context, error)))
-            .collect::<Result<Vec<_>>>()?;
+        let rows = self.fetch_all(&mut *tx, &self.dlq_lock_to_retry, &[limit(max_rows)], context).await?;
+        let ids = Self::read_ids(&rows, self.tables().dlq(), context)?;
         if ids.is_empty() {
             tx.commit().await.context(context)?;
             return Ok(0);
@@ -413,9 +385,8 @@ impl Queries for MySqlQueries {
     /// recorded". InnoDB rolls back only the failed statement, so a caller's transaction goes on
     /// unharmed.
     async fn record_on(&self, connection: &mut MySqlConnection, consumer: &str, id: Uuid) -> Result<bool> {
-        let outcome =
-            sqlx::query(self.inbox_record.clone()).bind(consumer).bind(id).execute(connection).await;
-        match outcome {
+        let query = self.bind(&self.inbox_record, &[Param::Text(consumer), Param::Id(id)])?;
+        match query.execute(connection).await {
             Ok(_) => Ok(true),
             Err(error) if error_number(&error) == Some(DUPLICATE_KEY) => Ok(false),
             Err(error) => Err(database_error("recording a consumed event", error)),
@@ -459,24 +430,11 @@ impl Queries for MySqlQueries {
         lock_at_most_for: Duration,
     ) -> Result<bool> {
         let context = format!("locking job {job}");
-        let taken = sqlx::query(self.job_take_expired.clone())
-            .bind(micros(lock_at_most_for))
-            .bind(owner)
-            .bind(job)
-            .execute(pool)
-            .await
-            .context(&context)?
-            .rows_affected();
-        if taken == 1 {
+        let params = [Param::Text(job), Param::After(lock_at_most_for), Param::Id(owner)];
+        if self.execute(pool, &self.job_take_expired, &params, &context).await? == 1 {
             return Ok(true);
         }
-        let inserted = sqlx::query(self.job_insert.clone())
-            .bind(job)
-            .bind(micros(lock_at_most_for))
-            .bind(owner)
-            .execute(pool)
-            .await;
-        match inserted {
+        match self.bind(&self.job_insert, &params)?.execute(pool).await {
             Ok(_) => Ok(true),
             // The row exists: its lease is still running, or another instance was just first.
             Err(error) if error_number(&error) == Some(DUPLICATE_KEY) => Ok(false),
@@ -495,7 +453,7 @@ mod tests {
         let statements = MySqlQueries::new(&names);
         let ids = [Uuid::nil(); 4];
         let filled = [
-            statements.claim_select.clone(),
+            statements.claim_select.sql_for(&[]),
             statements.claim_update.sql_for(&[Param::Int(0), Param::Int(0), Param::Ids(&ids)]),
             statements.settle_outcomes.with_outcomes(3),
             statements.insert_events.with_rows(2),
@@ -523,6 +481,21 @@ mod tests {
         assert_eq!(count(statements.insert_events.with_rows(3)), 18);
         assert_eq!(count(statements.settle_outcomes.with_outcomes(5)), 4 * 5 + 1);
         assert_eq!(statements.settle_processed.bind_order(), Some(&[0, 1][..]));
+        // Each operation of MySQL's own binds its values in the order its runner passes them; a
+        // bare `?` left in a file would be text no value is bound to.
+        let own = [
+            (&statements.claim_select, &[0, 1][..]),
+            (&statements.fail_undecodable, &[0, 1, 2][..]),
+            (&statements.dlq_lock_failed, &[0][..]),
+            (&statements.dlq_lock_to_retry, &[0][..]),
+            (&statements.inbox_record, &[0, 1][..]),
+            (&statements.job_take_expired, &[1, 2, 0][..]),
+            (&statements.job_insert, &[0, 1, 2][..]),
+        ];
+        for (statement, order) in own {
+            assert_eq!(statement.bind_order(), Some(order), "{}", statement.as_str());
+            assert_eq!(count(statement.sql_for(&[])), order.len(), "{}", statement.as_str());
+        }
         // The shared statements number their values as the other dialects do: recover_stuck
         // takes the cut-off, the limit and max-recoveries; MySQL reads max-recoveries twice.
         assert_eq!(statements.common.all()[0].bind_order(), Some(&[2, 2, 0, 1][..]));

@@ -75,7 +75,7 @@ mod writer;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use oncebox_core::{Dialect, DlqDao, InboxDao, JobLock, OutboxDao, Result, SchemaPlan, TableNames};
+use oncebox_core::{Daos, Dialect, Result, SchemaPlan, TableNames};
 
 pub use crate::config::{DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_CONNECTIONS, OraConnectOptions};
 pub use crate::dlq::OraDlqDao;
@@ -219,20 +219,13 @@ impl Dialect for OraDialect {
             .await
     }
 
-    fn outbox_dao(&self) -> Arc<dyn OutboxDao> {
-        Arc::new(self.ora_outbox_dao())
-    }
-
-    fn dlq_dao(&self) -> Arc<dyn DlqDao> {
-        Arc::new(self.ora_dlq_dao())
-    }
-
-    fn inbox_dao(&self) -> Arc<dyn InboxDao> {
-        Arc::new(self.ora_inbox_dao())
-    }
-
-    fn job_lock(&self) -> Arc<dyn JobLock> {
-        Arc::new(self.ora_job_lock())
+    fn daos(&self) -> Daos {
+        Daos {
+            outbox: Arc::new(self.ora_outbox_dao()),
+            dlq: Arc::new(self.ora_dlq_dao()),
+            inbox: Arc::new(self.ora_inbox_dao()),
+            job_lock: Arc::new(self.ora_job_lock()),
+        }
     }
 
     fn writer(&self) -> OraWriter {

@@ -62,13 +62,11 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use oncebox_core::activity::PollerActivity;
-use oncebox_core::{
-    Dialect, DlqDao, InboxDao, JobLock, OutboxDao, Result, SchemaPlan, TableNames, WakeSource,
-};
+use oncebox_core::{Daos, Dialect, Result, SchemaPlan, TableNames, WakeSource};
 use sqlx::PgPool;
 
 pub use config::{DEFAULT_MAX_CONNECTIONS, connect_options};
-use oncebox_sqlx::{SqlxDlqDao, SqlxInboxDao, SqlxJobLock, SqlxOutboxDao, SqlxResultExt};
+use oncebox_sqlx::{SqlxDlqDao, SqlxInboxDao, SqlxJobLock, SqlxOutboxDao, SqlxResultExt, SqlxStore};
 pub use queries::PgQueries;
 /// The sqlx this dialect is built on (0.9), so a service names the exact version the writer
 /// accepts: `oncebox::postgres::sqlx::Transaction<'_, oncebox::postgres::sqlx::Postgres>`. Depending
@@ -77,25 +75,27 @@ pub use sqlx;
 pub use wake::PgWakeSource;
 pub use writer::PgWriter;
 
-/// [`OutboxDao`] for PostgreSQL. A claim is one `UPDATE … FROM (SELECT … FOR UPDATE SKIP LOCKED)`
-/// statement, so any number of instances claim from one table without ever sharing a row and
-/// without holding locks while the broker is called; a settle is one `UPDATE … WHERE id = ANY(…)`
-/// when every event was delivered and one `UPDATE … FROM UNNEST(…)` otherwise, guarded by the claim
-/// token.
+/// [`OutboxDao`](oncebox_core::OutboxDao) for PostgreSQL. A claim is one `UPDATE … FROM (SELECT …
+/// FOR UPDATE SKIP LOCKED)` statement, so any number of instances claim from one table without ever
+/// sharing a row and without holding locks while the broker is called; a settle is one `UPDATE …
+/// WHERE id = ANY(…)` when every event was delivered and one `UPDATE … FROM UNNEST(…)` otherwise,
+/// guarded by the claim token.
 pub type PgOutboxDao = SqlxOutboxDao<PgQueries>;
 
-/// [`DlqDao`] for PostgreSQL. Each transfer is one statement whose CTEs lock the rows
-/// (`FOR UPDATE SKIP LOCKED`), delete them from one table and insert them into the other, so a row
-/// is in exactly one of the two tables at every commit and concurrent transfers never collide.
+/// [`DlqDao`](oncebox_core::DlqDao) for PostgreSQL. Each transfer is one statement whose CTEs lock
+/// the rows (`FOR UPDATE SKIP LOCKED`), delete them from one table and insert them into the other,
+/// so a row is in exactly one of the two tables at every commit and concurrent transfers never
+/// collide.
 pub type PgDlqDao = SqlxDlqDao<PgQueries>;
 
-/// [`InboxDao`] for PostgreSQL: records are `INSERT … ON CONFLICT DO NOTHING`, so a duplicate is
-/// detected by the primary key, also between instances racing on the same id.
+/// [`InboxDao`](oncebox_core::InboxDao) for PostgreSQL: records are `INSERT … ON CONFLICT DO
+/// NOTHING`, so a duplicate is detected by the primary key, also between instances racing on the
+/// same id.
 pub type PgInboxDao = SqlxInboxDao<PgQueries>;
 
-/// [`JobLock`] for PostgreSQL: taking a lease is one upsert that only changes the row when the
-/// current lease has run out on `clock_timestamp()`, so of several instances trying at once exactly
-/// one succeeds, whatever their own clocks say.
+/// [`JobLock`](oncebox_core::JobLock) for PostgreSQL: taking a lease is one upsert that only
+/// changes the row when the current lease has run out on `clock_timestamp()`, so of several
+/// instances trying at once exactly one succeeds, whatever their own clocks say.
 pub type PgJobLock = SqlxJobLock<PgQueries>;
 
 /// The advisory lock key that serializes schema creation across instances (any value works as
@@ -104,29 +104,18 @@ const SCHEMA_LOCK_KEY: i64 = 0x006f_6e63_6562_6f78;
 
 /// Everything oncebox needs from a PostgreSQL database: the DAOs, the writer, auto-create and
 /// wake-ups.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct PgDialect {
-    pool: PgPool,
-    queries: Arc<PgQueries>,
+    store: SqlxStore<PgQueries>,
     wake_ups: bool,
     activity: Arc<PollerActivity>,
-}
-
-impl std::fmt::Debug for PgDialect {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PgDialect")
-            .field("tables", self.queries.tables())
-            .field("wake_ups", &self.wake_ups)
-            .finish()
-    }
 }
 
 impl PgDialect {
     /// A dialect over an existing pool, with the default table names and wake-ups on.
     pub fn new(pool: PgPool) -> Self {
         Self {
-            pool,
-            queries: PgQueries::new(&TableNames::default()),
+            store: SqlxStore::new(pool, &TableNames::default()),
             wake_ups: true,
             activity: Arc::new(PollerActivity::new()),
         }
@@ -148,42 +137,28 @@ impl PgDialect {
 
     /// The pool, for the caller's own transactions.
     pub fn pool(&self) -> &PgPool {
-        &self.pool
+        self.store.pool()
     }
 
     /// The table names in use.
     pub fn tables(&self) -> &TableNames {
-        self.queries.tables()
+        self.store.tables()
     }
 
     /// The NOTIFY channel of these tables (`<prefix>oncebox_wake_ups`).
     pub fn channel(&self) -> &str {
-        &self.queries.channel
+        &self.store.queries().channel
     }
 
-    /// The outbox DAO as its concrete type.
-    pub fn pg_outbox_dao(&self) -> PgOutboxDao {
-        PgOutboxDao::new(self.pool.clone(), self.queries.clone())
-    }
-
-    /// The DLQ DAO as its concrete type.
-    pub fn pg_dlq_dao(&self) -> PgDlqDao {
-        PgDlqDao::new(self.pool.clone(), self.queries.clone())
-    }
-
-    /// The inbox DAO as its concrete type.
-    pub fn pg_inbox_dao(&self) -> PgInboxDao {
-        PgInboxDao::new(self.pool.clone(), self.queries.clone())
-    }
-
-    /// The job lock as its concrete type.
-    pub fn pg_job_lock(&self) -> PgJobLock {
-        PgJobLock::new(self.pool.clone(), self.queries.clone())
+    /// The pool and the SQL for these tables, whose DAOs have their concrete types
+    /// ([`PgOutboxDao`], …).
+    pub fn store(&self) -> &SqlxStore<PgQueries> {
+        &self.store
     }
 
     /// The wake-up source as its concrete type, whether or not wake-ups are on.
     pub async fn pg_wake_source(&self) -> Result<PgWakeSource> {
-        PgWakeSource::connect(&self.pool, &self.queries.channel).await
+        PgWakeSource::connect(self.pool(), self.channel()).await
     }
 }
 
@@ -196,25 +171,26 @@ impl Dialect for PgDialect {
     }
 
     fn with_tables(mut self, tables: &TableNames) -> Self {
-        self.queries = PgQueries::new(tables);
+        self.store = self.store.with_tables(tables);
         self
     }
 
     async fn create_schema(&self, plan: SchemaPlan) -> Result<()> {
         let context = "creating the oncebox tables";
+        let queries = self.store.queries();
         let parts = [
-            (plan.outbox, &self.queries.schema_events),
+            (plan.outbox, &queries.schema_events),
             // Idempotent (adds the column only when the catalog lacks it): also upgrades tables
             // made before it existed, without locking the table when there is nothing to do.
-            (plan.outbox, &self.queries.schema_events_recoveries),
-            (plan.dlq, &self.queries.schema_dlq),
-            (plan.inbox, &self.queries.schema_consumed),
-            (plan.jobs, &self.queries.schema_jobs),
+            (plan.outbox, &queries.schema_events_recoveries),
+            (plan.dlq, &queries.schema_dlq),
+            (plan.inbox, &queries.schema_consumed),
+            (plan.jobs, &queries.schema_jobs),
         ];
         // PostgreSQL DDL is transactional, but two sessions running `CREATE … IF NOT EXISTS` for
         // the same name at once can still collide on the catalog's unique indexes. The advisory
         // lock lets one instance create while the others wait, then find everything there.
-        let mut tx = self.pool.begin().await.context(context)?;
+        let mut tx = self.pool().begin().await.context(context)?;
         // Every start re-runs the DDL; its "already exists, skipping" notices are noise.
         sqlx::query("SET LOCAL client_min_messages = warning").execute(&mut *tx).await.context(context)?;
         sqlx::query("SELECT pg_advisory_xact_lock($1)")
@@ -230,29 +206,16 @@ impl Dialect for PgDialect {
         tx.commit().await.context(context)
     }
 
-    fn outbox_dao(&self) -> Arc<dyn OutboxDao> {
-        Arc::new(self.pg_outbox_dao())
+    fn daos(&self) -> Daos {
+        self.store.daos()
     }
 
-    fn dlq_dao(&self) -> Arc<dyn DlqDao> {
-        Arc::new(self.pg_dlq_dao())
-    }
-
-    fn inbox_dao(&self) -> Arc<dyn InboxDao> {
-        Arc::new(self.pg_inbox_dao())
-    }
-
-    fn job_lock(&self) -> Arc<dyn JobLock> {
-        Arc::new(self.pg_job_lock())
-    }
-
-    fn use_wake_ups(&mut self, enabled: bool) {
-        // Off wins: either the configuration or `with_wake_ups(false)` turns NOTIFY off.
-        self.wake_ups &= enabled;
+    fn without_wake_ups(self) -> Self {
+        self.with_wake_ups(false)
     }
 
     fn writer(&self) -> PgWriter {
-        PgWriter::new(self.queries.clone(), self.wake_ups, self.activity.clone())
+        PgWriter::new(self.store.queries().clone(), self.wake_ups, self.activity.clone())
     }
 
     async fn wake_source(&self) -> Result<Option<Box<dyn WakeSource>>> {

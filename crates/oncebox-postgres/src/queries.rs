@@ -1,7 +1,6 @@
 //! The PostgreSQL SQL of oncebox: every statement rendered once for the configured table names,
 //! how values are bound, and the operations whose shape is PostgreSQL's own.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,8 +8,8 @@ use async_trait::async_trait;
 use oncebox_core::event::last_error_text;
 use oncebox_core::{ClaimedBatch, EventStatus, OutboxEvent, Result, SettleReport, Settlement, TableNames};
 use oncebox_sqlx::{
-    BoundQuery, DecodeRow, Param, Queries, SqlxResultExt, Statement, Statements, database_error, micros,
-    sql_files,
+    BoundQuery, DecodeRow, Param, Queries, SqlxResultExt, Statement, Statements, database_error,
+    in_input_order, limit, micros, sql_files,
 };
 use sqlx::postgres::PgQueryResult;
 use sqlx::{AssertSqlSafe, PgConnection, PgPool, Postgres, SqlSafeStr, SqlStr};
@@ -43,59 +42,21 @@ pub struct PgQueries {
     pub(crate) insert_events_notify: SqlStr,
     pub(crate) insert_event: SqlStr,
     pub(crate) insert_event_notify: SqlStr,
-    pub(crate) claim: SqlStr,
+    pub(crate) claim: Statement,
     pub(crate) settle: SqlStr,
-    pub(crate) settle_processed: SqlStr,
+    pub(crate) settle_processed: Statement,
     pub(crate) fail_undecodable: SqlStr,
-    pub(crate) dlq_transfer_to: SqlStr,
-    pub(crate) dlq_transfer_from: SqlStr,
-    pub(crate) inbox_record: SqlStr,
-    pub(crate) inbox_record_many: SqlStr,
-    pub(crate) job_try_lock: SqlStr,
+    pub(crate) dlq_transfer_to: Statement,
+    pub(crate) dlq_transfer_from: Statement,
+    pub(crate) inbox_record: Statement,
+    pub(crate) inbox_record_many: Statement,
+    pub(crate) job_try_lock: Statement,
 }
 
 /// The NOTIFY channel for the tables with `prefix`: one per prefix, so two oncebox installations
 /// sharing a database do not wake each other.
 pub(crate) fn channel_for(prefix: &str) -> String {
     format!("{prefix}oncebox_wake_ups")
-}
-
-impl PgQueries {
-    /// Renders every template for `tables`.
-    pub(crate) fn new(tables: &TableNames) -> Arc<Self> {
-        // Only validated table names are spliced in; values are always bound.
-        let sql = |template: &str| AssertSqlSafe(Arc::<str>::from(tables.render(template))).into_sql_str();
-        let migration = |index: usize| {
-            AssertSqlSafe(Arc::<str>::from(tables.render_migration(MIGRATIONS[index].1))).into_sql_str()
-        };
-        Arc::new(Self {
-            common: Statements::new(tables, sql_files!(), |text| Statement::numbered(tables.render(text))),
-            channel: channel_for(tables.prefix()),
-            schema_events: migration(0),
-            schema_dlq: migration(1),
-            schema_consumed: migration(2),
-            schema_jobs: migration(3),
-            schema_events_recoveries: migration(4),
-            insert_events: sql(include_str!("../sql/insert_events.sql")),
-            insert_events_notify: sql(include_str!("../sql/insert_events_notify.sql")),
-            insert_event: sql(include_str!("../sql/insert_event.sql")),
-            insert_event_notify: sql(include_str!("../sql/insert_event_notify.sql")),
-            claim: sql(include_str!("../sql/claim.sql")),
-            settle: sql(include_str!("../sql/settle.sql")),
-            settle_processed: sql(include_str!("../sql/settle_processed.sql")),
-            fail_undecodable: sql(include_str!("../sql/fail_undecodable.sql")),
-            dlq_transfer_to: sql(include_str!("../sql/dlq_transfer_to.sql")),
-            dlq_transfer_from: sql(include_str!("../sql/dlq_transfer_from.sql")),
-            inbox_record: sql(include_str!("../sql/inbox_record.sql")),
-            inbox_record_many: sql(include_str!("../sql/inbox_record_many.sql")),
-            job_try_lock: sql(include_str!("../sql/job_try_lock.sql")),
-        })
-    }
-
-    /// The table names in use.
-    pub(crate) fn tables(&self) -> &TableNames {
-        self.common.tables()
-    }
 }
 
 /// The settle statement's parameter arrays, one element per settlement.
@@ -139,6 +100,37 @@ impl Queries for PgQueries {
     type Format = PgRowFormat;
     const NAME: &'static str = "Pg";
 
+    fn new(tables: &TableNames) -> Self {
+        // Only validated table names are spliced in; values are always bound.
+        let sql = |template: &str| AssertSqlSafe(Arc::<str>::from(tables.render(template))).into_sql_str();
+        let numbered = |template: &str| Statement::numbered(tables.render(template));
+        let migration = |index: usize| {
+            AssertSqlSafe(Arc::<str>::from(tables.render_migration(MIGRATIONS[index].1))).into_sql_str()
+        };
+        Self {
+            common: Statements::new(tables, sql_files!(), numbered),
+            channel: channel_for(tables.prefix()),
+            schema_events: migration(0),
+            schema_dlq: migration(1),
+            schema_consumed: migration(2),
+            schema_jobs: migration(3),
+            schema_events_recoveries: migration(4),
+            insert_events: sql(include_str!("../sql/insert_events.sql")),
+            insert_events_notify: sql(include_str!("../sql/insert_events_notify.sql")),
+            insert_event: sql(include_str!("../sql/insert_event.sql")),
+            insert_event_notify: sql(include_str!("../sql/insert_event_notify.sql")),
+            claim: numbered(include_str!("../sql/claim.sql")),
+            settle: sql(include_str!("../sql/settle.sql")),
+            settle_processed: numbered(include_str!("../sql/settle_processed.sql")),
+            fail_undecodable: sql(include_str!("../sql/fail_undecodable.sql")),
+            dlq_transfer_to: numbered(include_str!("../sql/dlq_transfer_to.sql")),
+            dlq_transfer_from: numbered(include_str!("../sql/dlq_transfer_from.sql")),
+            inbox_record: numbered(include_str!("../sql/inbox_record.sql")),
+            inbox_record_many: numbered(include_str!("../sql/inbox_record_many.sql")),
+            job_try_lock: numbered(include_str!("../sql/job_try_lock.sql")),
+        }
+    }
+
     fn statements(&self) -> &Statements {
         &self.common
     }
@@ -170,13 +162,8 @@ impl Queries for PgQueries {
 
     async fn claim(&self, pool: &PgPool, event_type: &str, max_rows: u32) -> Result<ClaimedBatch> {
         let claim_token = Uuid::now_v7();
-        let rows = sqlx::query(self.claim.clone())
-            .bind(event_type)
-            .bind(i64::from(max_rows))
-            .bind(claim_token)
-            .fetch_all(pool)
-            .await
-            .context(&format!("claiming {event_type}"))?;
+        let params = [Param::Text(event_type), limit(max_rows), Param::Id(claim_token)];
+        let rows = self.fetch_all(pool, &self.claim, &params, &format!("claiming {event_type}")).await?;
         // Each row on its own: one that cannot be read is given up on, and the others are sent.
         // The claim has committed, so this is a second statement fenced by the claim token. If it
         // fails, the healthy rows are still returned and sent (failing the claim would leave them
@@ -214,11 +201,14 @@ impl Queries for PgQueries {
         batch: &ClaimedBatch,
         settlements: &[Settlement],
     ) -> Result<SettleReport> {
+        let context = format!("settling a batch of {}", batch.event_type);
         let all_delivered = settlements.iter().all(|s| matches!(s, Settlement::Processed { .. }));
-        let query = if all_delivered {
+        let settled = if all_delivered {
             let ids: Vec<Uuid> = settlements.iter().map(Settlement::id).collect();
-            sqlx::query(self.settle_processed.clone()).bind(batch.claim_token).bind(ids)
+            let params = [Param::Id(batch.claim_token), Param::Ids(&ids)];
+            self.execute(pool, &self.settle_processed, &params, &context).await?
         } else {
+            // Arrays of several types, which `Param` does not carry: bound here.
             let arrays = SettleArrays::new(settlements);
             sqlx::query(self.settle.clone())
                 .bind(batch.claim_token)
@@ -226,22 +216,18 @@ impl Queries for PgQueries {
                 .bind(arrays.statuses)
                 .bind(arrays.delays)
                 .bind(arrays.errors)
+                .execute(pool)
+                .await
+                .context(&context)?
+                .rows_affected()
         };
-        let settled = query
-            .execute(pool)
-            .await
-            .context(&format!("settling a batch of {}", batch.event_type))?
-            .rows_affected();
         let total = settlements.len() as u64;
         Ok(SettleReport { settled, refused: total.saturating_sub(settled) })
     }
 
     async fn transfer_to_dlq(&self, pool: &PgPool, max_rows: u32) -> Result<Vec<OutboxEvent>> {
-        let rows = sqlx::query(self.dlq_transfer_to.clone())
-            .bind(i64::from(max_rows))
-            .fetch_all(pool)
-            .await
-            .context("moving failed events to the DLQ")?;
+        let context = "moving failed events to the DLQ";
+        let rows = self.fetch_all(pool, &self.dlq_transfer_to, &[limit(max_rows)], context).await?;
         // The rows have moved whatever they hold; one that cannot be decoded (it failed for that
         // reason) is only left out of the list handed back, for the DLQ handler.
         let decoded = PgRowFormat::decode_events(&rows, self.tables().events())?;
@@ -252,22 +238,15 @@ impl Queries for PgQueries {
     }
 
     async fn transfer_from_dlq(&self, pool: &PgPool, max_rows: u32) -> Result<u64> {
-        let result = sqlx::query(self.dlq_transfer_from.clone())
-            .bind(i64::from(max_rows))
-            .execute(pool)
-            .await
-            .context("moving DLQ events back to the outbox")?;
-        Ok(result.rows_affected())
+        let context = "moving DLQ events back to the outbox";
+        self.execute(pool, &self.dlq_transfer_from, &[limit(max_rows)], context).await
     }
 
     async fn record_on(&self, connection: &mut PgConnection, consumer: &str, id: Uuid) -> Result<bool> {
-        let result = sqlx::query(self.inbox_record.clone())
-            .bind(consumer)
-            .bind(id)
-            .execute(connection)
-            .await
-            .context("recording a consumed event")?;
-        Ok(result.rows_affected() == 1)
+        let params = [Param::Text(consumer), Param::Id(id)];
+        let recorded =
+            self.execute(connection, &self.inbox_record, &params, "recording a consumed event").await?;
+        Ok(recorded == 1)
     }
 
     async fn record_many_on(
@@ -276,15 +255,11 @@ impl Queries for PgQueries {
         consumer: &str,
         ids: &[Uuid],
     ) -> Result<Vec<Uuid>> {
-        let rows: Vec<(Uuid,)> = sqlx::query_as(self.inbox_record_many.clone())
-            .bind(consumer)
-            .bind(ids)
-            .fetch_all(connection)
-            .await
-            .context("recording consumed events")?;
-        let mut new: HashSet<Uuid> = rows.into_iter().map(|(id,)| id).collect();
-        // `remove` keeps a duplicate in the input from being reported twice.
-        Ok(ids.iter().copied().filter(|id| new.remove(id)).collect())
+        let context = "recording consumed events";
+        let params = [Param::Text(consumer), Param::Ids(ids)];
+        let rows = self.fetch_all(connection, &self.inbox_record_many, &params, context).await?;
+        let new = Self::read_ids(&rows, self.tables().consumed(), context)?;
+        Ok(in_input_order(ids, new.into_iter().collect()))
     }
 
     async fn try_lock(
@@ -294,14 +269,9 @@ impl Queries for PgQueries {
         owner: Uuid,
         lock_at_most_for: Duration,
     ) -> Result<bool> {
-        let result = sqlx::query(self.job_try_lock.clone())
-            .bind(job)
-            .bind(micros(lock_at_most_for))
-            .bind(owner)
-            .execute(pool)
-            .await
-            .context(&format!("locking job {job}"))?;
-        Ok(result.rows_affected() == 1)
+        let params = [Param::Text(job), Param::After(lock_at_most_for), Param::Id(owner)];
+        let taken = self.execute(pool, &self.job_try_lock, &params, &format!("locking job {job}")).await?;
+        Ok(taken == 1)
     }
 }
 
@@ -313,10 +283,14 @@ mod tests {
     fn templates_are_fully_rendered() {
         let names = TableNames::with_prefix("shop_").unwrap_or_default();
         let statements = PgQueries::new(&names);
-        let own =
-            [&statements.claim, &statements.settle, &statements.settle_processed, &statements.job_try_lock];
+        let own = [
+            statements.claim.as_str(),
+            statements.settle.as_str(),
+            statements.settle_processed.as_str(),
+            statements.job_try_lock.as_str(),
+        ];
         let shared = statements.common.all().map(Statement::as_str);
-        for sql in own.iter().map(|sql| sql.as_str()).chain(shared) {
+        for sql in own.into_iter().chain(shared) {
             for placeholder in ["{events}", "{dlq}", "{consumed}", "{jobs}", "{prefix}"] {
                 assert!(!sql.contains(placeholder), "{placeholder} left in {sql}");
             }

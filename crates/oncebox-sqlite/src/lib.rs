@@ -48,14 +48,12 @@ mod row;
 mod time;
 mod writer;
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
-use oncebox_core::{Dialect, DlqDao, InboxDao, JobLock, OutboxDao, Result, SchemaPlan, TableNames};
+use oncebox_core::{Daos, Dialect, Result, SchemaPlan, TableNames};
 use sqlx::SqlitePool;
 
 pub use config::{DEFAULT_BUSY_TIMEOUT, connect_options};
-use oncebox_sqlx::{SqlxDlqDao, SqlxInboxDao, SqlxJobLock, SqlxOutboxDao, SqlxResultExt};
+use oncebox_sqlx::{SqlxDlqDao, SqlxInboxDao, SqlxJobLock, SqlxOutboxDao, SqlxResultExt, SqlxStore};
 pub use queries::SqliteQueries;
 /// The sqlx this dialect is built on (0.9), so a service names the exact version the writer
 /// accepts: `oncebox::sqlite::sqlx::Transaction<'_, oncebox::sqlite::sqlx::Sqlite>`. Depending
@@ -63,32 +61,27 @@ pub use queries::SqliteQueries;
 pub use sqlx;
 pub use writer::SqliteWriter;
 
-/// [`OutboxDao`] for SQLite. Claims run in `BEGIN IMMEDIATE` transactions: SQLite has one writer at
-/// a time, so a claim holds the write lock from its first read and no two claimers see the same row.
+/// [`OutboxDao`](oncebox_core::OutboxDao) for SQLite. Claims run in `BEGIN IMMEDIATE` transactions:
+/// SQLite has one writer at a time, so a claim holds the write lock from its first read and no two
+/// claimers see the same row.
 pub type SqliteOutboxDao = SqlxOutboxDao<SqliteQueries>;
 
-/// [`DlqDao`] for SQLite. Both transfers run in one `BEGIN IMMEDIATE` transaction each, so a row
-/// is in exactly one of the two tables at every commit.
+/// [`DlqDao`](oncebox_core::DlqDao) for SQLite. Both transfers run in one `BEGIN IMMEDIATE`
+/// transaction each, so a row is in exactly one of the two tables at every commit.
 pub type SqliteDlqDao = SqlxDlqDao<SqliteQueries>;
 
-/// [`InboxDao`] for SQLite: each call is one autocommitted statement.
+/// [`InboxDao`](oncebox_core::InboxDao) for SQLite: each call is one autocommitted statement.
 pub type SqliteInboxDao = SqlxInboxDao<SqliteQueries>;
 
-/// [`JobLock`] for SQLite: taking a lease is one upsert that only changes the row when the current
-/// lease has run out, so of several instances trying at once exactly one succeeds.
+/// [`JobLock`](oncebox_core::JobLock) for SQLite: taking a lease is one upsert that only changes
+/// the row when the current lease has run out, so of several instances trying at once exactly one
+/// succeeds.
 pub type SqliteJobLock = SqlxJobLock<SqliteQueries>;
 
 /// Everything oncebox needs from a SQLite database: the DAOs, the writer and auto-create.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct SqliteDialect {
-    pool: SqlitePool,
-    queries: Arc<SqliteQueries>,
-}
-
-impl std::fmt::Debug for SqliteDialect {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqliteDialect").field("tables", self.queries.tables()).finish()
-    }
+    store: SqlxStore<SqliteQueries>,
 }
 
 impl SqliteDialect {
@@ -97,7 +90,7 @@ impl SqliteDialect {
     /// For concurrent claims the pool's connections should have a busy timeout (SQLite's default
     /// is to fail at once when another connection writes); [`connect`](Self::connect) sets one.
     pub fn new(pool: SqlitePool) -> Self {
-        Self { pool, queries: SqliteQueries::new(&TableNames::default()) }
+        Self { store: SqlxStore::new(pool, &TableNames::default()) }
     }
 
     /// Opens (and creates when missing) the database at a `sqlite:` URL or a file path, in WAL mode
@@ -113,32 +106,18 @@ impl SqliteDialect {
 
     /// The pool, for the caller's own transactions.
     pub fn pool(&self) -> &SqlitePool {
-        &self.pool
+        self.store.pool()
     }
 
     /// The table names in use.
     pub fn tables(&self) -> &TableNames {
-        self.queries.tables()
+        self.store.tables()
     }
 
-    /// The outbox DAO as its concrete type.
-    pub fn sqlite_outbox_dao(&self) -> SqliteOutboxDao {
-        SqliteOutboxDao::new(self.pool.clone(), self.queries.clone())
-    }
-
-    /// The DLQ DAO as its concrete type.
-    pub fn sqlite_dlq_dao(&self) -> SqliteDlqDao {
-        SqliteDlqDao::new(self.pool.clone(), self.queries.clone())
-    }
-
-    /// The inbox DAO as its concrete type.
-    pub fn sqlite_inbox_dao(&self) -> SqliteInboxDao {
-        SqliteInboxDao::new(self.pool.clone(), self.queries.clone())
-    }
-
-    /// The job lock as its concrete type.
-    pub fn sqlite_job_lock(&self) -> SqliteJobLock {
-        SqliteJobLock::new(self.pool.clone(), self.queries.clone())
+    /// The pool and the SQL for these tables, whose DAOs have their concrete types
+    /// ([`SqliteOutboxDao`], …).
+    pub fn store(&self) -> &SqlxStore<SqliteQueries> {
+        &self.store
     }
 }
 
@@ -151,20 +130,21 @@ impl Dialect for SqliteDialect {
     }
 
     fn with_tables(mut self, tables: &TableNames) -> Self {
-        self.queries = SqliteQueries::new(tables);
+        self.store = self.store.with_tables(tables);
         self
     }
 
     async fn create_schema(&self, plan: SchemaPlan) -> Result<()> {
         let context = "creating the oncebox tables";
+        let queries = self.store.queries();
         let parts = [
-            (plan.outbox, &self.queries.schema_events),
-            (plan.dlq, &self.queries.schema_dlq),
-            (plan.inbox, &self.queries.schema_consumed),
-            (plan.jobs, &self.queries.schema_jobs),
+            (plan.outbox, &queries.schema_events),
+            (plan.dlq, &queries.schema_dlq),
+            (plan.inbox, &queries.schema_consumed),
+            (plan.jobs, &queries.schema_jobs),
         ];
         // SQLite DDL is transactional: either every planned table exists afterwards, or none changed.
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.context(context)?;
+        let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await.context(context)?;
         for (wanted, ddl) in parts {
             if wanted {
                 sqlx::raw_sql(ddl.clone()).execute(&mut *tx).await.context(context)?;
@@ -172,13 +152,13 @@ impl Dialect for SqliteDialect {
         }
         if plan.outbox {
             // Tables created before `recoveries` existed get it; SQLite has no ADD COLUMN IF NOT EXISTS.
-            let (columns,): (i64,) = sqlx::query_as(self.queries.events_have_recoveries.clone())
-                .bind(self.queries.tables().events())
+            let (columns,): (i64,) = sqlx::query_as(queries.events_have_recoveries.clone())
+                .bind(self.tables().events())
                 .fetch_one(&mut *tx)
                 .await
                 .context(context)?;
             if columns == 0 {
-                sqlx::raw_sql(self.queries.schema_events_recoveries.clone())
+                sqlx::raw_sql(queries.schema_events_recoveries.clone())
                     .execute(&mut *tx)
                     .await
                     .context(context)?;
@@ -187,24 +167,12 @@ impl Dialect for SqliteDialect {
         tx.commit().await.context(context)
     }
 
-    fn outbox_dao(&self) -> Arc<dyn OutboxDao> {
-        Arc::new(self.sqlite_outbox_dao())
-    }
-
-    fn dlq_dao(&self) -> Arc<dyn DlqDao> {
-        Arc::new(self.sqlite_dlq_dao())
-    }
-
-    fn inbox_dao(&self) -> Arc<dyn InboxDao> {
-        Arc::new(self.sqlite_inbox_dao())
-    }
-
-    fn job_lock(&self) -> Arc<dyn JobLock> {
-        Arc::new(self.sqlite_job_lock())
+    fn daos(&self) -> Daos {
+        self.store.daos()
     }
 
     fn writer(&self) -> SqliteWriter {
-        SqliteWriter::new(self.queries.clone())
+        SqliteWriter::new(self.store.queries().clone())
     }
 }
 

@@ -1,7 +1,6 @@
 //! The SQLite SQL of oncebox: every statement rendered once for the configured table names, how
 //! values are bound, and the operations whose shape is SQLite's own.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,7 +9,8 @@ use chrono::SecondsFormat;
 use oncebox_core::event::last_error_text;
 use oncebox_core::{ClaimedBatch, OutboxEvent, Result, SettleReport, Settlement, TableNames};
 use oncebox_sqlx::{
-    BoundQuery, DecodeRow, Param, Queries, SqlxResultExt, Statement, Statements, database_error, sql_files,
+    BoundQuery, DecodeRow, Param, Queries, SqlxResultExt, Statement, Statements, database_error,
+    in_input_order, limit, sql_files,
 };
 use sqlx::sqlite::SqliteQueryResult;
 use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr, Sqlite, SqliteConnection, SqlitePool};
@@ -18,7 +18,7 @@ use tracing::warn;
 use uuid::Uuid;
 
 use crate::error::SqliteServerErrors;
-use crate::row::{SqliteRowFormat, decode_id};
+use crate::row::SqliteRowFormat;
 use crate::time::{earlier_by, later_by};
 
 /// The strftime format of every stored timestamp: UTC, milliseconds, one fixed width, so that text
@@ -51,61 +51,22 @@ pub struct SqliteQueries {
     pub(crate) events_have_recoveries: SqlStr,
     pub(crate) insert_events_head: String,
     pub(crate) insert_events_row: String,
-    pub(crate) claim: SqlStr,
-    pub(crate) settle_processed: SqlStr,
-    pub(crate) settle_retry: SqlStr,
-    pub(crate) settle_failed: SqlStr,
-    pub(crate) fail_undecodable: SqlStr,
-    pub(crate) delete_events_by_ids: SqlStr,
-    pub(crate) dlq_insert_failed: SqlStr,
-    pub(crate) dlq_mark_in_process: SqlStr,
-    pub(crate) events_insert_from_dlq: SqlStr,
-    pub(crate) dlq_delete_in_process: SqlStr,
-    pub(crate) inbox_record: SqlStr,
-    pub(crate) inbox_record_many: SqlStr,
-    pub(crate) job_try_lock: SqlStr,
+    pub(crate) claim: Statement,
+    pub(crate) settle_processed: Statement,
+    pub(crate) settle_retry: Statement,
+    pub(crate) settle_failed: Statement,
+    pub(crate) fail_undecodable: Statement,
+    pub(crate) delete_events_by_ids: Statement,
+    pub(crate) dlq_insert_failed: Statement,
+    pub(crate) dlq_mark_in_process: Statement,
+    pub(crate) events_insert_from_dlq: Statement,
+    pub(crate) dlq_delete_in_process: Statement,
+    pub(crate) inbox_record: Statement,
+    pub(crate) inbox_record_many: Statement,
+    pub(crate) job_try_lock: Statement,
 }
 
 impl SqliteQueries {
-    /// Renders every template for `tables`.
-    pub(crate) fn new(tables: &TableNames) -> Arc<Self> {
-        let text =
-            |template: &str| tables.render(&template.replace("{now}", NOW).replace("{ts}", TIMESTAMP_FORMAT));
-        // Only validated table names and the constants above are spliced in; values are always bound.
-        let sql = |template: &str| AssertSqlSafe(Arc::<str>::from(text(template))).into_sql_str();
-        Arc::new(Self {
-            common: Statements::new(tables, sql_files!(), |template| Statement::numbered(text(template))),
-            schema_events: sql(MIGRATIONS[0].1),
-            schema_dlq: sql(MIGRATIONS[1].1),
-            schema_consumed: sql(MIGRATIONS[2].1),
-            schema_jobs: sql(MIGRATIONS[3].1),
-            schema_events_recoveries: sql(MIGRATIONS[4].1),
-            events_have_recoveries: sql(
-                "SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = 'recoveries'",
-            ),
-            insert_events_head: text(include_str!("../sql/insert_events.sql").trim_end()),
-            insert_events_row: text(include_str!("../sql/insert_events_row.sql").trim_end()),
-            claim: sql(include_str!("../sql/claim.sql")),
-            settle_processed: sql(include_str!("../sql/settle_processed.sql")),
-            settle_retry: sql(include_str!("../sql/settle_retry.sql")),
-            settle_failed: sql(include_str!("../sql/settle_failed.sql")),
-            fail_undecodable: sql(include_str!("../sql/fail_undecodable.sql")),
-            delete_events_by_ids: sql(include_str!("../sql/delete_events_by_ids.sql")),
-            dlq_insert_failed: sql(include_str!("../sql/dlq_insert_failed.sql")),
-            dlq_mark_in_process: sql(include_str!("../sql/dlq_mark_in_process.sql")),
-            events_insert_from_dlq: sql(include_str!("../sql/events_insert_from_dlq.sql")),
-            dlq_delete_in_process: sql(include_str!("../sql/dlq_delete_in_process.sql")),
-            inbox_record: sql(include_str!("../sql/inbox_record.sql")),
-            inbox_record_many: sql(include_str!("../sql/inbox_record_many.sql")),
-            job_try_lock: sql(include_str!("../sql/job_try_lock.sql")),
-        })
-    }
-
-    /// The table names in use.
-    pub(crate) fn tables(&self) -> &TableNames {
-        self.common.tables()
-    }
-
     /// The multi-row outbox insert for `rows` rows.
     pub(crate) fn insert_events(&self, rows: usize) -> SqlStr {
         let mut sql =
@@ -125,6 +86,40 @@ impl Queries for SqliteQueries {
     type Db = Sqlite;
     type Format = SqliteRowFormat;
     const NAME: &'static str = "Sqlite";
+
+    fn new(tables: &TableNames) -> Self {
+        let text =
+            |template: &str| tables.render(&template.replace("{now}", NOW).replace("{ts}", TIMESTAMP_FORMAT));
+        // Only validated table names and the constants above are spliced in; values are always bound.
+        let sql = |template: &str| AssertSqlSafe(Arc::<str>::from(text(template))).into_sql_str();
+        let numbered = |template: &str| Statement::numbered(text(template));
+        Self {
+            common: Statements::new(tables, sql_files!(), numbered),
+            schema_events: sql(MIGRATIONS[0].1),
+            schema_dlq: sql(MIGRATIONS[1].1),
+            schema_consumed: sql(MIGRATIONS[2].1),
+            schema_jobs: sql(MIGRATIONS[3].1),
+            schema_events_recoveries: sql(MIGRATIONS[4].1),
+            events_have_recoveries: sql(
+                "SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = 'recoveries'",
+            ),
+            insert_events_head: text(include_str!("../sql/insert_events.sql").trim_end()),
+            insert_events_row: text(include_str!("../sql/insert_events_row.sql").trim_end()),
+            claim: numbered(include_str!("../sql/claim.sql")),
+            settle_processed: numbered(include_str!("../sql/settle_processed.sql")),
+            settle_retry: numbered(include_str!("../sql/settle_retry.sql")),
+            settle_failed: numbered(include_str!("../sql/settle_failed.sql")),
+            fail_undecodable: numbered(include_str!("../sql/fail_undecodable.sql")),
+            delete_events_by_ids: numbered(include_str!("../sql/delete_events_by_ids.sql")),
+            dlq_insert_failed: numbered(include_str!("../sql/dlq_insert_failed.sql")),
+            dlq_mark_in_process: numbered(include_str!("../sql/dlq_mark_in_process.sql")),
+            events_insert_from_dlq: numbered(include_str!("../sql/events_insert_from_dlq.sql")),
+            dlq_delete_in_process: numbered(include_str!("../sql/dlq_delete_in_process.sql")),
+            inbox_record: numbered(include_str!("../sql/inbox_record.sql")),
+            inbox_record_many: numbered(include_str!("../sql/inbox_record_many.sql")),
+            job_try_lock: numbered(include_str!("../sql/job_try_lock.sql")),
+        }
+    }
 
     fn statements(&self) -> &Statements {
         &self.common
@@ -162,13 +157,8 @@ impl Queries for SqliteQueries {
         let claim_token = Uuid::now_v7();
         let context = format!("claiming {event_type}");
         let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.context(&context)?;
-        let rows = sqlx::query(self.claim.clone())
-            .bind(claim_token.hyphenated())
-            .bind(event_type)
-            .bind(i64::from(max_rows))
-            .fetch_all(&mut *tx)
-            .await
-            .context(&context)?;
+        let params = [Param::Id(claim_token), Param::Text(event_type), limit(max_rows)];
+        let rows = self.fetch_all(&mut *tx, &self.claim, &params, &context).await?;
         // Each row on its own: one that cannot be read is given up on in the claim's transaction,
         // and the others are sent.
         let decoded = SqliteRowFormat::decode_events(&rows, self.tables().events())?;
@@ -180,13 +170,8 @@ impl Queries for SqliteQueries {
             .chain(decoded.malformed_id_failures());
         for (id, error) in failures {
             warn!(event_type, %id, %error, "claimed an outbox row that cannot be decoded; marked FAILED");
-            sqlx::query(self.fail_undecodable.clone())
-                .bind(id)
-                .bind(claim_token.hyphenated())
-                .bind(error)
-                .execute(&mut *tx)
-                .await
-                .context(&context)?;
+            let params = [Param::Text(&id), Param::Id(claim_token), Param::Text(&error)];
+            self.execute(&mut *tx, &self.fail_undecodable, &params, &context).await?;
         }
         tx.commit().await.context(&context)?;
         let mut events = decoded.rows;
@@ -202,7 +187,7 @@ impl Queries for SqliteQueries {
         settlements: &[Settlement],
     ) -> Result<SettleReport> {
         let context = format!("settling a batch of {}", batch.event_type);
-        let token = batch.claim_token.hyphenated();
+        let token = Param::Id(batch.claim_token);
         let processed: Vec<Uuid> = settlements
             .iter()
             .filter_map(|settlement| match settlement {
@@ -213,28 +198,21 @@ impl Queries for SqliteQueries {
         let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.context(&context)?;
         let mut settled = 0;
         if !processed.is_empty() {
-            settled += sqlx::query(self.settle_processed.clone())
-                .bind(token)
-                .bind(serde_json::to_string(&processed)?)
-                .execute(&mut *tx)
-                .await
-                .context(&context)?
-                .rows_affected();
+            let params = [token, Param::Ids(&processed)];
+            settled += self.execute(&mut *tx, &self.settle_processed, &params, &context).await?;
         }
         for settlement in settlements {
-            let query = match settlement {
+            let (statement, params) = match settlement {
                 Settlement::Processed { .. } => continue,
-                Settlement::Retry { id, delay, error } => sqlx::query(self.settle_retry.clone())
-                    .bind(id.hyphenated())
-                    .bind(token)
-                    .bind(later_by(*delay))
-                    .bind(last_error_text(error).to_owned()),
-                Settlement::Failed { id, error } => sqlx::query(self.settle_failed.clone())
-                    .bind(id.hyphenated())
-                    .bind(token)
-                    .bind(last_error_text(error).to_owned()),
+                Settlement::Retry { id, delay, error } => (
+                    &self.settle_retry,
+                    vec![Param::Id(*id), token, Param::After(*delay), Param::Text(last_error_text(error))],
+                ),
+                Settlement::Failed { id, error } => {
+                    (&self.settle_failed, vec![Param::Id(*id), token, Param::Text(last_error_text(error))])
+                }
             };
-            settled += query.execute(&mut *tx).await.context(&context)?.rows_affected();
+            settled += self.execute(&mut *tx, statement, &params, &context).await?;
         }
         tx.commit().await.context(&context)?;
         let total = settlements.len() as u64;
@@ -244,11 +222,7 @@ impl Queries for SqliteQueries {
     async fn transfer_to_dlq(&self, pool: &SqlitePool, max_rows: u32) -> Result<Vec<OutboxEvent>> {
         let context = "moving failed events to the DLQ";
         let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.context(context)?;
-        let rows = sqlx::query(self.dlq_insert_failed.clone())
-            .bind(i64::from(max_rows))
-            .fetch_all(&mut *tx)
-            .await
-            .context(context)?;
+        let rows = self.fetch_all(&mut *tx, &self.dlq_insert_failed, &[limit(max_rows)], context).await?;
         if rows.is_empty() {
             return Ok(Vec::new());
         }
@@ -262,13 +236,10 @@ impl Queries for SqliteQueries {
             .map(|id| id.hyphenated().to_string())
             .chain(decoded.malformed_ids.iter().map(|(stored_id, _)| stored_id.clone()))
             .collect();
-        let mut moved = decoded.rows;
-        sqlx::query(self.delete_events_by_ids.clone())
-            .bind(serde_json::to_string(&ids)?)
-            .execute(&mut *tx)
-            .await
-            .context(context)?;
+        let ids = serde_json::to_string(&ids)?;
+        self.execute(&mut *tx, &self.delete_events_by_ids, &[Param::Text(&ids)], context).await?;
         tx.commit().await.context(context)?;
+        let mut moved = decoded.rows;
         moved.sort_by_key(|event| (event.updated_at, event.id));
         Ok(moved)
     }
@@ -276,33 +247,21 @@ impl Queries for SqliteQueries {
     async fn transfer_from_dlq(&self, pool: &SqlitePool, max_rows: u32) -> Result<u64> {
         let context = "moving DLQ events back to the outbox";
         let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.context(context)?;
-        let marked = sqlx::query(self.dlq_mark_in_process.clone())
-            .bind(i64::from(max_rows))
-            .execute(&mut *tx)
-            .await
-            .context(context)?
-            .rows_affected();
+        let marked = self.execute(&mut *tx, &self.dlq_mark_in_process, &[limit(max_rows)], context).await?;
         if marked == 0 {
             return Ok(0);
         }
-        sqlx::query(self.events_insert_from_dlq.clone()).execute(&mut *tx).await.context(context)?;
-        let moved = sqlx::query(self.dlq_delete_in_process.clone())
-            .execute(&mut *tx)
-            .await
-            .context(context)?
-            .rows_affected();
+        self.execute(&mut *tx, &self.events_insert_from_dlq, &[], context).await?;
+        let moved = self.execute(&mut *tx, &self.dlq_delete_in_process, &[], context).await?;
         tx.commit().await.context(context)?;
         Ok(moved)
     }
 
     async fn record_on(&self, connection: &mut SqliteConnection, consumer: &str, id: Uuid) -> Result<bool> {
-        let result = sqlx::query(self.inbox_record.clone())
-            .bind(consumer)
-            .bind(id.hyphenated())
-            .execute(connection)
-            .await
-            .context("recording a consumed event")?;
-        Ok(result.rows_affected() == 1)
+        let params = [Param::Text(consumer), Param::Id(id)];
+        let recorded =
+            self.execute(connection, &self.inbox_record, &params, "recording a consumed event").await?;
+        Ok(recorded == 1)
     }
 
     async fn record_many_on(
@@ -311,16 +270,11 @@ impl Queries for SqliteQueries {
         consumer: &str,
         ids: &[Uuid],
     ) -> Result<Vec<Uuid>> {
-        let rows: Vec<(String,)> = sqlx::query_as(self.inbox_record_many.clone())
-            .bind(consumer)
-            .bind(serde_json::to_string(ids)?)
-            .fetch_all(connection)
-            .await
-            .context("recording consumed events")?;
-        let table = self.tables().consumed();
-        let mut new = rows.iter().map(|(text,)| decode_id(text, table)).collect::<Result<HashSet<Uuid>>>()?;
-        // `remove` keeps a duplicate in the input from being reported twice.
-        Ok(ids.iter().copied().filter(|id| new.remove(id)).collect())
+        let context = "recording consumed events";
+        let params = [Param::Text(consumer), Param::Ids(ids)];
+        let rows = self.fetch_all(connection, &self.inbox_record_many, &params, context).await?;
+        let new = Self::read_ids(&rows, self.tables().consumed(), context)?;
+        Ok(in_input_order(ids, new.into_iter().collect()))
     }
 
     async fn try_lock(
@@ -330,14 +284,9 @@ impl Queries for SqliteQueries {
         owner: Uuid,
         lock_at_most_for: Duration,
     ) -> Result<bool> {
-        let result = sqlx::query(self.job_try_lock.clone())
-            .bind(job)
-            .bind(later_by(lock_at_most_for))
-            .bind(owner.hyphenated())
-            .execute(pool)
-            .await
-            .context(&format!("locking job {job}"))?;
-        Ok(result.rows_affected() == 1)
+        let params = [Param::Text(job), Param::After(lock_at_most_for), Param::Id(owner)];
+        let taken = self.execute(pool, &self.job_try_lock, &params, &format!("locking job {job}")).await?;
+        Ok(taken == 1)
     }
 }
 
@@ -350,13 +299,13 @@ mod tests {
         let names = TableNames::with_prefix("shop_").unwrap_or_default();
         let statements = SqliteQueries::new(&names);
         let own = [
-            &statements.claim,
-            &statements.schema_events,
-            &statements.settle_retry,
-            &statements.job_try_lock,
+            statements.claim.as_str(),
+            statements.schema_events.as_str(),
+            statements.settle_retry.as_str(),
+            statements.job_try_lock.as_str(),
         ];
         let shared = statements.common.all().map(Statement::as_str);
-        for sql in own.iter().map(|sql| sql.as_str()).chain(shared) {
+        for sql in own.into_iter().chain(shared) {
             for placeholder in ["{events}", "{dlq}", "{consumed}", "{jobs}", "{now}", "{ts}"] {
                 assert!(!sql.contains(placeholder), "{placeholder} left in {sql}");
             }

@@ -11,8 +11,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use oncebox_core::event::{DlqCounts, DlqFilter, DlqSelection, JobLease, OutboxCounts};
 use oncebox_core::{
-    ClaimedBatch, DlqDao, DlqEvent, DlqStatus, Error, InboxDao, JobLock, OutboxDao, OutboxEvent, Result,
-    SettleReport, Settlement,
+    ClaimedBatch, Daos, DlqDao, DlqEvent, DlqStatus, Error, ErrorKind, InboxDao, JobLock, OutboxDao,
+    OutboxEvent, Result, SettleReport, Settlement, TableNames,
 };
 use sqlx::query::Query;
 use sqlx::{ColumnIndex, Database, Decode, Executor, IntoArguments, Pool, Row, Type};
@@ -26,24 +26,9 @@ pub type BoundQuery<'q, DB> = Query<'q, DB, <DB as Database>::Arguments>;
 
 /// What the shared operations need of a sqlx database, written once for every database sqlx
 /// supports (the bounds that say so live on the one implementation below).
-pub trait SqlxDatabase: Database {
-    /// Runs `query` on `pool`.
-    fn execute<'a>(
-        pool: &'a Pool<Self>,
-        query: BoundQuery<'a, Self>,
-    ) -> impl Future<Output = sqlx::Result<Self::QueryResult>> + Send + 'a;
-
-    /// Runs `query` on `pool` and reads every row.
-    fn fetch_all<'a>(
-        pool: &'a Pool<Self>,
-        query: BoundQuery<'a, Self>,
-    ) -> impl Future<Output = sqlx::Result<Vec<Self::Row>>> + Send + 'a;
-
-    /// Runs `query` on `pool` and reads the first row, if any.
-    fn fetch_optional<'a>(
-        pool: &'a Pool<Self>,
-        query: BoundQuery<'a, Self>,
-    ) -> impl Future<Output = sqlx::Result<Option<Self::Row>>> + Send + 'a;
+pub trait SqlxDatabase: Database<Arguments: IntoArguments<Self>> {
+    /// `pool` as an executor, for code generic over the database (which cannot name the bound).
+    fn pooled(pool: &Pool<Self>) -> impl Executor<'_, Database = Self>;
 
     /// Reads `column` of `row` as stored (`T`).
     fn column<T>(row: &Self::Row, column: &str) -> sqlx::Result<T>
@@ -59,32 +44,14 @@ pub trait SqlxDatabase: Database {
 
 impl<DB> SqlxDatabase for DB
 where
-    DB: Database,
+    DB: Database<Arguments: IntoArguments<DB>>,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    DB::Arguments: IntoArguments<DB>,
     for<'c> &'c str: ColumnIndex<DB::Row>,
     String: for<'r> Decode<'r, DB> + Type<DB>,
     i64: for<'r> Decode<'r, DB> + Type<DB>,
 {
-    fn execute<'a>(
-        pool: &'a Pool<Self>,
-        query: BoundQuery<'a, Self>,
-    ) -> impl Future<Output = sqlx::Result<Self::QueryResult>> + Send + 'a {
-        query.execute(pool)
-    }
-
-    fn fetch_all<'a>(
-        pool: &'a Pool<Self>,
-        query: BoundQuery<'a, Self>,
-    ) -> impl Future<Output = sqlx::Result<Vec<Self::Row>>> + Send + 'a {
-        query.fetch_all(pool)
-    }
-
-    fn fetch_optional<'a>(
-        pool: &'a Pool<Self>,
-        query: BoundQuery<'a, Self>,
-    ) -> impl Future<Output = sqlx::Result<Option<Self::Row>>> + Send + 'a {
-        query.fetch_optional(pool)
+    fn pooled(pool: &Pool<Self>) -> impl Executor<'_, Database = Self> {
+        pool
     }
 
     fn column<T>(row: &Self::Row, column: &str) -> sqlx::Result<T>
@@ -116,8 +83,16 @@ pub trait Queries: Send + Sync + Sized + 'static {
     /// The most ids one statement takes; longer lists are split.
     const MAX_IDS: usize = usize::MAX;
 
+    /// Every statement rendered for `tables`.
+    fn new(tables: &TableNames) -> Self;
+
     /// The statements of the shared operations.
     fn statements(&self) -> &Statements;
+
+    /// The table names the statements were rendered for.
+    fn tables(&self) -> &TableNames {
+        self.statements().tables()
+    }
 
     /// `statement` with `params` bound, in the statement's numbering.
     fn bind<'q>(&self, statement: &Statement, params: &[Param<'_>]) -> Result<BoundQuery<'q, Self::Db>>;
@@ -128,6 +103,52 @@ pub trait Queries: Send + Sync + Sized + 'static {
 
     /// The rows a statement changed.
     fn rows_affected(result: &<Self::Db as Database>::QueryResult) -> u64;
+
+    /// Runs `statement` with `params` on `executor` (the pool, a connection or a transaction); the
+    /// rows it changed.
+    fn execute<'e, E>(
+        &self,
+        executor: E,
+        statement: &Statement,
+        params: &[Param<'_>],
+        context: &str,
+    ) -> impl Future<Output = Result<u64>> + Send
+    where
+        E: Executor<'e, Database = Self::Db> + 'e,
+    {
+        let query = self.bind(statement, params);
+        async move {
+            let result = executor.execute(query?).await.map_err(|error| Self::error(context, error))?;
+            Ok(Self::rows_affected(&result))
+        }
+    }
+
+    /// Runs `statement` with `params` on `executor` and reads every row.
+    fn fetch_all<'e, E>(
+        &self,
+        executor: E,
+        statement: &Statement,
+        params: &[Param<'_>],
+        context: &str,
+    ) -> impl Future<Output = Result<Vec<<Self::Db as Database>::Row>>> + Send
+    where
+        E: Executor<'e, Database = Self::Db> + 'e,
+    {
+        let query = self.bind(statement, params);
+        async move { executor.fetch_all(query?).await.map_err(|error| Self::error(context, error)) }
+    }
+
+    /// The ids in the `id` column of `rows`, in row order, read as `table` stores them.
+    fn read_ids(rows: &[<Self::Db as Database>::Row], table: &str, context: &str) -> Result<Vec<Uuid>> {
+        let read = |row| {
+            let stored = Self::Db::column::<<Self::Format as RowFormat>::Uuid>(row, "id")
+                .map_err(|error| Self::error(context, error))?;
+            stored
+                .into_model()
+                .map_err(|problem| Error::new(ErrorKind::Decode, format!("{table}.id: {problem}")))
+        };
+        rows.iter().map(read).collect()
+    }
 
     /// Claims up to `max_rows` due events of `event_type` (see [`OutboxDao::claim`]).
     async fn claim(&self, pool: &Pool<Self::Db>, event_type: &str, max_rows: u32) -> Result<ClaimedBatch>;
@@ -190,27 +211,88 @@ pub trait Queries: Send + Sync + Sized + 'static {
     ) -> Result<bool>;
 }
 
-/// What every shared DAO holds: the pool and the dialect's SQL.
-struct Store<Q: Queries> {
+/// A pool and a dialect's SQL for one set of tables: what a sqlx dialect is built on and every
+/// shared DAO holds. Cheap to clone.
+pub struct SqlxStore<Q: Queries> {
     pool: Pool<Q::Db>,
     queries: Arc<Q>,
 }
 
-impl<Q: Queries> Clone for Store<Q> {
+impl<Q: Queries> Clone for SqlxStore<Q> {
     fn clone(&self) -> Self {
         Self { pool: self.pool.clone(), queries: Arc::clone(&self.queries) }
     }
 }
 
-impl<Q: Queries> Store<Q> {
+impl<Q: Queries> std::fmt::Debug for SqlxStore<Q> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlxStore").field("dialect", &Q::NAME).field("tables", self.tables()).finish()
+    }
+}
+
+impl<Q: Queries> SqlxStore<Q> {
+    /// `pool` with the statements for `tables`.
+    pub fn new(pool: Pool<Q::Db>, tables: &TableNames) -> Self {
+        Self { pool, queries: Arc::new(Q::new(tables)) }
+    }
+
+    /// The same pool with the statements for `tables`.
+    #[must_use]
+    pub fn with_tables(self, tables: &TableNames) -> Self {
+        Self::new(self.pool, tables)
+    }
+
+    /// The pool, for the caller's own transactions.
+    pub fn pool(&self) -> &Pool<Q::Db> {
+        &self.pool
+    }
+
+    /// The dialect's SQL.
+    pub fn queries(&self) -> &Arc<Q> {
+        &self.queries
+    }
+
+    /// The table names in use.
+    pub fn tables(&self) -> &TableNames {
+        self.statements().tables()
+    }
+
+    /// The outbox DAO as its concrete type.
+    pub fn outbox_dao(&self) -> SqlxOutboxDao<Q> {
+        SqlxOutboxDao(self.clone())
+    }
+
+    /// The DLQ DAO as its concrete type.
+    pub fn dlq_dao(&self) -> SqlxDlqDao<Q> {
+        SqlxDlqDao(self.clone())
+    }
+
+    /// The inbox DAO as its concrete type.
+    pub fn inbox_dao(&self) -> SqlxInboxDao<Q> {
+        SqlxInboxDao(self.clone())
+    }
+
+    /// The job lock as its concrete type.
+    pub fn job_lock(&self) -> SqlxJobLock<Q> {
+        SqlxJobLock(self.clone())
+    }
+
+    /// Every DAO, as the engine holds them.
+    pub fn daos(&self) -> Daos {
+        Daos {
+            outbox: Arc::new(self.outbox_dao()),
+            dlq: Arc::new(self.dlq_dao()),
+            inbox: Arc::new(self.inbox_dao()),
+            job_lock: Arc::new(self.job_lock()),
+        }
+    }
+
     fn statements(&self) -> &Statements {
         self.queries.statements()
     }
 
     async fn execute(&self, statement: &Statement, params: &[Param<'_>], context: &str) -> Result<u64> {
-        let query = self.queries.bind(statement, params)?;
-        let result = Q::Db::execute(&self.pool, query).await.map_err(|error| Q::error(context, error))?;
-        Ok(Q::rows_affected(&result))
+        self.queries.execute(Q::Db::pooled(&self.pool), statement, params, context).await
     }
 
     async fn fetch_all(
@@ -219,18 +301,17 @@ impl<Q: Queries> Store<Q> {
         params: &[Param<'_>],
         context: &str,
     ) -> Result<Vec<<Q::Db as Database>::Row>> {
-        let query = self.queries.bind(statement, params)?;
-        Q::Db::fetch_all(&self.pool, query).await.map_err(|error| Q::error(context, error))
+        self.queries.fetch_all(Q::Db::pooled(&self.pool), statement, params, context).await
     }
 
-    async fn fetch_optional(
+    /// The first row `statement` reads, for statements that read at most one.
+    async fn fetch_first(
         &self,
         statement: &Statement,
         params: &[Param<'_>],
         context: &str,
     ) -> Result<Option<<Q::Db as Database>::Row>> {
-        let query = self.queries.bind(statement, params)?;
-        Q::Db::fetch_optional(&self.pool, query).await.map_err(|error| Q::error(context, error))
+        Ok(self.fetch_all(statement, params, context).await?.into_iter().next())
     }
 
     /// Runs `statement` once per chunk of its id list (at most [`Queries::MAX_IDS`] ids each),
@@ -288,32 +369,31 @@ fn debug_table(f: &mut std::fmt::Formatter<'_>, name: &str, kind: &str, table: &
     f.debug_struct(&format!("{name}{kind}")).field("table", &table).finish()
 }
 
+/// The ids of `ids` that are in `found`, in input order and each once (a duplicate in the input
+/// is reported once).
+pub fn in_input_order(ids: &[Uuid], mut found: HashSet<Uuid>) -> Vec<Uuid> {
+    ids.iter().copied().filter(|id| found.remove(id)).collect()
+}
+
 /// The bound value of a row limit.
-fn limit(max_rows: u32) -> Param<'static> {
+pub fn limit(max_rows: u32) -> Param<'static> {
     Param::Int(i64::from(max_rows))
 }
 
 /// [`OutboxDao`] over a dialect's [`Queries`].
-pub struct SqlxOutboxDao<Q: Queries>(Store<Q>);
+pub struct SqlxOutboxDao<Q: Queries>(SqlxStore<Q>);
 
 /// [`DlqDao`] over a dialect's [`Queries`].
-pub struct SqlxDlqDao<Q: Queries>(Store<Q>);
+pub struct SqlxDlqDao<Q: Queries>(SqlxStore<Q>);
 
 /// [`InboxDao`] over a dialect's [`Queries`].
-pub struct SqlxInboxDao<Q: Queries>(Store<Q>);
+pub struct SqlxInboxDao<Q: Queries>(SqlxStore<Q>);
 
 /// [`JobLock`] over a dialect's [`Queries`], timed by the database clock.
-pub struct SqlxJobLock<Q: Queries>(Store<Q>);
+pub struct SqlxJobLock<Q: Queries>(SqlxStore<Q>);
 
 macro_rules! shared_dao {
     ($($dao:ident: $kind:literal, $table:ident;)*) => {$(
-        impl<Q: Queries> $dao<Q> {
-            /// The DAO over `pool` with the dialect's SQL.
-            pub fn new(pool: Pool<Q::Db>, queries: Arc<Q>) -> Self {
-                Self(Store { pool, queries })
-            }
-        }
-
         impl<Q: Queries> Clone for $dao<Q> {
             fn clone(&self) -> Self {
                 Self(self.0.clone())
@@ -374,7 +454,7 @@ impl<Q: Queries> OutboxDao for SqlxOutboxDao<Q> {
     async fn get(&self, id: Uuid) -> Result<Option<OutboxEvent>> {
         let statements = self.0.statements();
         let row =
-            self.0.fetch_optional(&statements.get_event, &[Param::Id(id)], "reading an outbox event").await?;
+            self.0.fetch_first(&statements.get_event, &[Param::Id(id)], "reading an outbox event").await?;
         row.map(|row| Q::Format::decode_event(&row, statements.tables.events())).transpose()
     }
 
@@ -468,7 +548,7 @@ impl<Q: Queries> DlqDao for SqlxDlqDao<Q> {
 
     async fn get(&self, id: Uuid) -> Result<Option<DlqEvent>> {
         let statements = self.0.statements();
-        let row = self.0.fetch_optional(&statements.dlq_get, &[Param::Id(id)], "reading a DLQ event").await?;
+        let row = self.0.fetch_first(&statements.dlq_get, &[Param::Id(id)], "reading a DLQ event").await?;
         row.map(|row| Q::Format::decode_dlq_event(&row, statements.tables.dlq())).transpose()
     }
 
@@ -488,8 +568,7 @@ impl<Q: Queries> DlqDao for SqlxDlqDao<Q> {
 
     async fn count(&self, filter: &DlqFilter) -> Result<u64> {
         let context = "counting DLQ events";
-        let row =
-            self.0.fetch_optional(&self.0.statements().dlq_count, &filter_params(filter), context).await?;
+        let row = self.0.fetch_first(&self.0.statements().dlq_count, &filter_params(filter), context).await?;
         let rows = row
             .map(|row| Q::Db::int(&row, "row_count"))
             .transpose()
@@ -555,24 +634,11 @@ impl<Q: Queries> InboxDao for SqlxInboxDao<Q> {
         let statements = self.0.statements();
         let mut recorded = HashSet::new();
         for chunk in ids.chunks(Q::MAX_IDS.max(1)) {
-            let rows = self
-                .0
-                .fetch_all(&statements.inbox_consumed, &[Param::Text(consumer), Param::Ids(chunk)], context)
-                .await?;
-            for row in &rows {
-                let stored = Q::Db::column::<<Q::Format as RowFormat>::Uuid>(row, "id")
-                    .map_err(|error| Q::error(context, error))?;
-                let id = stored.into_model().map_err(|problem| {
-                    Error::new(
-                        oncebox_core::ErrorKind::Decode,
-                        format!("{}.id: {problem}", statements.tables.consumed()),
-                    )
-                })?;
-                recorded.insert(id);
-            }
+            let params = [Param::Text(consumer), Param::Ids(chunk)];
+            let rows = self.0.fetch_all(&statements.inbox_consumed, &params, context).await?;
+            recorded.extend(Q::read_ids(&rows, statements.tables.consumed(), context)?);
         }
-        // `remove` keeps a duplicate in the input from being reported twice.
-        Ok(ids.iter().copied().filter(|id| recorded.remove(id)).collect())
+        Ok(in_input_order(ids, recorded))
     }
 
     async fn delete_older_than(&self, older_than: Duration, max_rows: u32) -> Result<u64> {

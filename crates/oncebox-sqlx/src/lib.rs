@@ -33,7 +33,10 @@ mod row;
 mod statement;
 mod time;
 
-pub use dao::{BoundQuery, Queries, SqlxDatabase, SqlxDlqDao, SqlxInboxDao, SqlxJobLock, SqlxOutboxDao};
+pub use dao::{
+    BoundQuery, Queries, SqlxDatabase, SqlxDlqDao, SqlxInboxDao, SqlxJobLock, SqlxOutboxDao, SqlxStore,
+    in_input_order, limit,
+};
 pub use error::{ServerErrors, SqlxResultExt, database_error};
 pub use row::{
     DecodeRow, DecodedRows, NativeFormat, RowFormat, StoredValue, TextFormat, count, parse_status,

@@ -97,8 +97,8 @@ pub use oncebox_core::engine::{Lifecycle, StatsSnapshot, Wakers};
 pub use oncebox_core::redact;
 pub use oncebox_core::{Config, consume, event, hooks, trace};
 pub use oncebox_core::{
-    ConsumeError, Consumed, ConsumedCache, Deadline, Deserializer, Dialect, DlqDao, DlqHandler, DlqStatus,
-    EngineHandle, Error, ErrorKind, EventMeta, EventStatus, Headers, Inbox, InboxDao, InboxWriter,
+    ConsumeError, Consumed, ConsumedCache, Daos, Deadline, Deserializer, Dialect, DlqDao, DlqHandler,
+    DlqStatus, EngineHandle, Error, ErrorKind, EventMeta, EventStatus, Headers, Inbox, InboxDao, InboxWriter,
     JsonSerializer, NewOutboxEvent, NoCache, NoMetrics, OutboundMessage, OutboxDao, OutboxEvent,
     OutboxMetrics, OutboxWriter, Publisher, Result, SchemaPlan, SendError, Sender, SerializedEvent,
     Serializer, TableNames, UuidGenerator, UuidV7Generator,
@@ -257,16 +257,7 @@ impl Dialect for Unassembled {
     async fn create_schema(&self, _plan: SchemaPlan) -> Result<()> {
         match *self {}
     }
-    fn outbox_dao(&self) -> Arc<dyn OutboxDao> {
-        match *self {}
-    }
-    fn dlq_dao(&self) -> Arc<dyn DlqDao> {
-        match *self {}
-    }
-    fn inbox_dao(&self) -> Arc<dyn InboxDao> {
-        match *self {}
-    }
-    fn job_lock(&self) -> Arc<dyn oncebox_core::JobLock> {
+    fn daos(&self) -> oncebox_core::Daos {
         match *self {}
     }
     fn writer(&self) -> Self::Writer {
@@ -385,7 +376,9 @@ impl<D: Dialect, S> OnceboxBuilder<D, S> {
         }
         check_sender_transport(&config, sender.as_deref())?;
         let mut dialect = dialect.with_tables(&config.tables.names);
-        dialect.use_wake_ups(wake_ups_wanted(&config));
+        if !wake_ups_wanted(&config) {
+            dialect = dialect.without_wake_ups();
+        }
         let plan = SchemaPlan::for_config(&config);
         if config.tables.auto_create {
             dialect.create_schema(plan).await.map_err(|e| e.context("creating oncebox tables"))?;
@@ -498,19 +491,20 @@ fn wake_ups_wanted(config: &Config) -> bool {
 
 /// Gives the engine the dialect's DAOs, job lock and wake-up source that `plan` calls for.
 async fn attach_daos<D: Dialect>(parts: &mut EngineParts, dialect: &D, plan: SchemaPlan) -> Result<()> {
-    parts.job_lock = plan.jobs.then(|| dialect.job_lock());
+    let daos = dialect.daos();
+    parts.job_lock = plan.jobs.then_some(daos.job_lock);
     if plan.outbox {
-        parts.outbox = Some(dialect.outbox_dao());
+        parts.outbox = Some(daos.outbox);
         if wake_ups_wanted(&parts.config) {
             parts.wake_source = dialect.wake_source().await?;
             parts.activity = dialect.poller_activity();
         }
     }
     if plan.dlq {
-        parts.dlq = Some(dialect.dlq_dao());
+        parts.dlq = Some(daos.dlq);
     }
     if plan.inbox {
-        parts.inbox = Some(dialect.inbox_dao());
+        parts.inbox = Some(daos.inbox);
     }
     Ok(())
 }

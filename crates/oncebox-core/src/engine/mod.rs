@@ -170,11 +170,12 @@ impl EngineParts {
     /// engine by hand (tests, benchmarks); the facade's builder attaches only what the schema plan
     /// asks for, and adds the wake-up source.
     pub fn with_dialect(config: Config, dialect: &impl Dialect) -> Self {
+        let daos = dialect.daos();
         let mut parts = Self::new(config);
-        parts.outbox = Some(dialect.outbox_dao());
-        parts.dlq = Some(dialect.dlq_dao());
-        parts.inbox = Some(dialect.inbox_dao());
-        parts.job_lock = Some(dialect.job_lock());
+        parts.outbox = Some(daos.outbox);
+        parts.dlq = Some(daos.dlq);
+        parts.inbox = Some(daos.inbox);
+        parts.job_lock = Some(daos.job_lock);
         parts
     }
 }
