@@ -145,63 +145,91 @@ pub fn id_slots(ids: usize) -> usize {
     ids.max(1).next_power_of_two()
 }
 
-/// The text of every statement the shared operations run, as read from a dialect's `sql/`
-/// directory by [`sql_files!`](crate::sql_files).
-#[derive(Clone, Copy, Debug)]
-pub struct SqlFiles {
-    /// Returns stuck `IN_PROCESS` rows to `PENDING`, or fails them after too many recoveries.
-    pub recover_stuck: &'static str,
-    /// Deletes old `PROCESSED` rows.
-    pub delete_processed: &'static str,
-    /// Reads one outbox row.
-    pub get_event: &'static str,
-    /// Counts outbox rows by event type and status.
-    pub count_events: &'static str,
-    /// The age of the oldest PENDING row per event type.
-    pub oldest_pending: &'static str,
-    /// Deletes old `RESOLVED` DLQ rows.
-    pub dlq_delete_resolved: &'static str,
-    /// Reads one DLQ row.
-    pub dlq_get: &'static str,
-    /// Lists DLQ rows by optional status and event type.
-    pub dlq_list: &'static str,
-    /// Counts DLQ rows by optional status and event type.
-    pub dlq_count: &'static str,
-    /// Counts DLQ rows by event type and DLQ status.
-    pub dlq_counts: &'static str,
-    /// Sets the DLQ status of rows by id.
-    pub dlq_set_status_by_ids: &'static str,
-    /// Sets the DLQ status of an event type's rows.
-    pub dlq_set_status_by_type: &'static str,
-    /// Deletes DLQ rows by id.
-    pub dlq_delete_by_ids: &'static str,
-    /// Deletes an event type's DLQ rows.
-    pub dlq_delete_by_type: &'static str,
-    /// Removes one inbox record.
-    pub inbox_forget: &'static str,
-    /// Which of a list of ids a consumer recorded.
-    pub inbox_consumed: &'static str,
-    /// Deletes old inbox records.
-    pub inbox_delete_older_than: &'static str,
-    /// Ends a job lease, keeping it at least its minimum.
-    pub job_unlock: &'static str,
-}
+/// Declares the statements the shared operations run, each once: its field in [`SqlFiles`] and
+/// [`Statements`], the file [`sql_files!`](crate::sql_files) reads it from, its place in
+/// [`Statements::all`].
+macro_rules! shared_statements {
+    ($($(#[doc = $doc:literal])* $name:ident,)*) => {
+        /// The text of every statement the shared operations run, as read from a dialect's `sql/`
+        /// directory by [`sql_files!`](crate::sql_files).
+        #[derive(Clone, Copy, Debug)]
+        pub struct SqlFiles {
+            $($(#[doc = $doc])* pub $name: &'static str,)*
+        }
 
-/// The [`SqlFiles`] of the calling crate's `sql/` directory, embedded at compile time: every
-/// sqlx dialect keeps its statements under the same file names.
-#[macro_export]
-macro_rules! sql_files {
-    () => {
-        $crate::sql_files!(@files recover_stuck, delete_processed, get_event, count_events, oldest_pending,
-            dlq_delete_resolved, dlq_get, dlq_list, dlq_count, dlq_counts, dlq_set_status_by_ids,
-            dlq_set_status_by_type, dlq_delete_by_ids, dlq_delete_by_type, inbox_forget,
-            inbox_consumed, inbox_delete_older_than, job_unlock)
-    };
-    (@files $($name:ident),* $(,)?) => {
-        $crate::SqlFiles {
-            $($name: include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/sql/", stringify!($name), ".sql")),)*
+        /// The statements the shared operations run, rendered for one set of table names.
+        #[derive(Clone, Debug)]
+        pub struct Statements {
+            pub(crate) tables: TableNames,
+            $(pub(crate) $name: Statement,)*
+        }
+
+        /// How many statements the shared operations run.
+        const SHARED: usize = [$(stringify!($name)),*].len();
+
+        impl Statements {
+            /// Prepares each of `files` with `prepare` (which renders the table names of `tables`
+            /// and makes a [`Statement`] the way the database numbers placeholders).
+            pub fn new(tables: &TableNames, files: SqlFiles, prepare: impl Fn(&str) -> Statement) -> Self {
+                Self { tables: tables.clone(), $($name: prepare(files.$name),)* }
+            }
+
+            /// Every statement, for checks that each is fully rendered.
+            pub fn all(&self) -> [&Statement; SHARED] {
+                [$(&self.$name),*]
+            }
+        }
+
+        /// The [`SqlFiles`] of the calling crate's `sql/` directory, embedded at compile time:
+        /// every sqlx dialect keeps its statements under the same file names.
+        #[macro_export]
+        macro_rules! sql_files {
+            () => {
+                ::oncebox_sqlx::SqlFiles {
+                    $($name: include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/sql/", stringify!($name), ".sql")),)*
+                }
+            };
         }
     };
+}
+
+shared_statements! {
+    /// Returns stuck `IN_PROCESS` rows to `PENDING`, or fails them after too many recoveries.
+    recover_stuck,
+    /// Deletes old `PROCESSED` rows.
+    delete_processed,
+    /// Reads one outbox row.
+    get_event,
+    /// Counts outbox rows by event type and status.
+    count_events,
+    /// The age of the oldest PENDING row per event type.
+    oldest_pending,
+    /// Deletes old `RESOLVED` DLQ rows.
+    dlq_delete_resolved,
+    /// Reads one DLQ row.
+    dlq_get,
+    /// Lists DLQ rows by optional status and event type.
+    dlq_list,
+    /// Counts DLQ rows by optional status and event type.
+    dlq_count,
+    /// Counts DLQ rows by event type and DLQ status.
+    dlq_counts,
+    /// Sets the DLQ status of rows by id.
+    dlq_set_status_by_ids,
+    /// Sets the DLQ status of an event type's rows.
+    dlq_set_status_by_type,
+    /// Deletes DLQ rows by id.
+    dlq_delete_by_ids,
+    /// Deletes an event type's DLQ rows.
+    dlq_delete_by_type,
+    /// Removes one inbox record.
+    inbox_forget,
+    /// Which of a list of ids a consumer recorded.
+    inbox_consumed,
+    /// Deletes old inbox records.
+    inbox_delete_older_than,
+    /// Ends a job lease, keeping it at least its minimum.
+    job_unlock,
 }
 
 /// The migrations of one dialect, in order, as `(file name, SQL)` pairs embedded at compile time
@@ -219,84 +247,10 @@ macro_rules! migrations {
     };
 }
 
-/// The statements the shared operations run, rendered for one set of table names.
-#[derive(Clone, Debug)]
-pub struct Statements {
-    pub(crate) tables: TableNames,
-    pub(crate) recover_stuck: Statement,
-    pub(crate) delete_processed: Statement,
-    pub(crate) get_event: Statement,
-    pub(crate) count_events: Statement,
-    pub(crate) oldest_pending: Statement,
-    pub(crate) dlq_delete_resolved: Statement,
-    pub(crate) dlq_get: Statement,
-    pub(crate) dlq_list: Statement,
-    pub(crate) dlq_count: Statement,
-    pub(crate) dlq_counts: Statement,
-    pub(crate) dlq_set_status_by_ids: Statement,
-    pub(crate) dlq_set_status_by_type: Statement,
-    pub(crate) dlq_delete_by_ids: Statement,
-    pub(crate) dlq_delete_by_type: Statement,
-    pub(crate) inbox_forget: Statement,
-    pub(crate) inbox_consumed: Statement,
-    pub(crate) inbox_delete_older_than: Statement,
-    pub(crate) job_unlock: Statement,
-}
-
 impl Statements {
-    /// Prepares each of `files` with `prepare` (which renders the table names of `tables` and
-    /// makes a [`Statement`] the way the database numbers placeholders).
-    pub fn new(tables: &TableNames, files: SqlFiles, prepare: impl Fn(&str) -> Statement) -> Self {
-        Self {
-            tables: tables.clone(),
-            recover_stuck: prepare(files.recover_stuck),
-            delete_processed: prepare(files.delete_processed),
-            get_event: prepare(files.get_event),
-            count_events: prepare(files.count_events),
-            oldest_pending: prepare(files.oldest_pending),
-            dlq_delete_resolved: prepare(files.dlq_delete_resolved),
-            dlq_get: prepare(files.dlq_get),
-            dlq_list: prepare(files.dlq_list),
-            dlq_count: prepare(files.dlq_count),
-            dlq_counts: prepare(files.dlq_counts),
-            dlq_set_status_by_ids: prepare(files.dlq_set_status_by_ids),
-            dlq_set_status_by_type: prepare(files.dlq_set_status_by_type),
-            dlq_delete_by_ids: prepare(files.dlq_delete_by_ids),
-            dlq_delete_by_type: prepare(files.dlq_delete_by_type),
-            inbox_forget: prepare(files.inbox_forget),
-            inbox_consumed: prepare(files.inbox_consumed),
-            inbox_delete_older_than: prepare(files.inbox_delete_older_than),
-            job_unlock: prepare(files.job_unlock),
-        }
-    }
-
     /// The table names the statements were rendered for.
     pub fn tables(&self) -> &TableNames {
         &self.tables
-    }
-
-    /// Every statement, for checks that each is fully rendered.
-    pub fn all(&self) -> [&Statement; 18] {
-        [
-            &self.recover_stuck,
-            &self.delete_processed,
-            &self.get_event,
-            &self.count_events,
-            &self.oldest_pending,
-            &self.dlq_delete_resolved,
-            &self.dlq_get,
-            &self.dlq_list,
-            &self.dlq_count,
-            &self.dlq_counts,
-            &self.dlq_set_status_by_ids,
-            &self.dlq_set_status_by_type,
-            &self.dlq_delete_by_ids,
-            &self.dlq_delete_by_type,
-            &self.inbox_forget,
-            &self.inbox_consumed,
-            &self.inbox_delete_older_than,
-            &self.job_unlock,
-        ]
     }
 }
 
