@@ -12,6 +12,7 @@ use oncebox_core::{
 };
 use oncebox_mysql::{MySqlDialect, connect_options, pool_options};
 use oncebox_testkit::runner::{Suite, server_missing};
+use oncebox_testkit::sqlx_harness::{begin, drop_tables, end, sql_error};
 use oncebox_testkit::{AgedTable, DaoHarness, dao_suite, engine_suite, random_prefix};
 use sqlx::AssertSqlSafe;
 use uuid::Uuid;
@@ -30,10 +31,6 @@ const INSTANCE_POOL_SIZE: u32 = 4;
 /// Fresh table prefixes in one MySQL/MariaDB database.
 pub struct MySqlHarness {
     url: String,
-}
-
-fn sql_error(context: &str) -> impl FnOnce(sqlx::Error) -> Error + '_ {
-    move |error| Error::database(context.to_owned(), false, error)
 }
 
 impl MySqlHarness {
@@ -55,16 +52,7 @@ impl MySqlHarness {
 
     /// Drops the tables of `dialect`'s prefix.
     pub async fn drop_tables(&self, dialect: &MySqlDialect) -> Result<()> {
-        let tables = dialect.tables();
-        let sql = format!(
-            "DROP TABLE IF EXISTS {}, {}, {}, {}",
-            tables.events(),
-            tables.dlq(),
-            tables.consumed(),
-            tables.jobs()
-        );
-        sqlx::raw_sql(AssertSqlSafe(sql)).execute(dialect.pool()).await.map_err(sql_error("dropping"))?;
-        Ok(())
+        drop_tables(dialect.pool(), dialect.tables()).await
     }
 }
 
@@ -79,13 +67,9 @@ impl DaoHarness for MySqlHarness {
     }
 
     async fn publish(&self, dialect: &MySqlDialect, events: &[NewOutboxEvent], commit: bool) -> Result<()> {
-        let mut tx = dialect.pool().begin().await.map_err(sql_error("beginning"))?;
+        let mut tx = begin(dialect.pool()).await?;
         dialect.writer().write(&mut tx, events).await?;
-        if commit {
-            tx.commit().await.map_err(sql_error("committing"))
-        } else {
-            tx.rollback().await.map_err(sql_error("rolling back"))
-        }
+        end(tx, commit).await
     }
 
     async fn record_in_transaction(
@@ -95,13 +79,9 @@ impl DaoHarness for MySqlHarness {
         ids: &[Uuid],
         commit: bool,
     ) -> Result<Vec<Uuid>> {
-        let mut tx = dialect.pool().begin().await.map_err(sql_error("beginning"))?;
+        let mut tx = begin(dialect.pool()).await?;
         let new = dialect.writer().record_many(&mut tx, consumer, ids).await?;
-        if commit {
-            tx.commit().await.map_err(sql_error("committing"))?;
-        } else {
-            tx.rollback().await.map_err(sql_error("rolling back"))?;
-        }
+        end(tx, commit).await?;
         Ok(new)
     }
 

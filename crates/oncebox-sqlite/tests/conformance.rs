@@ -14,6 +14,7 @@ use oncebox_core::{
 };
 use oncebox_sqlite::SqliteDialect;
 use oncebox_testkit::runner::Suite;
+use oncebox_testkit::sqlx_harness::{begin, end, sql_error};
 use oncebox_testkit::{AgedTable, DaoHarness, dao_suite, engine_suite};
 use sqlx::AssertSqlSafe;
 use uuid::Uuid;
@@ -31,10 +32,6 @@ impl SqliteHarness {
     fn new() -> Self {
         Self { directory: std::env::temp_dir().join("oncebox-sqlite-tests"), created: AtomicUsize::new(0) }
     }
-}
-
-fn sql_error(context: &str) -> impl FnOnce(sqlx::Error) -> Error + '_ {
-    move |error| Error::database(context.to_owned(), false, error)
 }
 
 /// The database file behind a dialect's pool.
@@ -62,13 +59,9 @@ impl DaoHarness for SqliteHarness {
     }
 
     async fn publish(&self, dialect: &SqliteDialect, events: &[NewOutboxEvent], commit: bool) -> Result<()> {
-        let mut tx = dialect.pool().begin().await.map_err(sql_error("beginning"))?;
+        let mut tx = begin(dialect.pool()).await?;
         dialect.writer().write(&mut tx, events).await?;
-        if commit {
-            tx.commit().await.map_err(sql_error("committing"))
-        } else {
-            tx.rollback().await.map_err(sql_error("rolling back"))
-        }
+        end(tx, commit).await
     }
 
     async fn record_in_transaction(
@@ -78,13 +71,9 @@ impl DaoHarness for SqliteHarness {
         ids: &[Uuid],
         commit: bool,
     ) -> Result<Vec<Uuid>> {
-        let mut tx = dialect.pool().begin().await.map_err(sql_error("beginning"))?;
+        let mut tx = begin(dialect.pool()).await?;
         let new = dialect.writer().record_many(&mut tx, consumer, ids).await?;
-        if commit {
-            tx.commit().await.map_err(sql_error("committing"))?;
-        } else {
-            tx.rollback().await.map_err(sql_error("rolling back"))?;
-        }
+        end(tx, commit).await?;
         Ok(new)
     }
 

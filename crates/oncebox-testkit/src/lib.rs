@@ -25,6 +25,8 @@ pub mod harness;
 pub mod memory;
 pub mod runner;
 pub mod sender_suite;
+#[cfg(feature = "sqlx")]
+pub mod sqlx_harness;
 
 pub use harness::{AgedTable, DaoHarness, eventually, fail_into_dlq, random_prefix, with_fresh};
 pub use memory::MemoryBroker;
