@@ -1,10 +1,19 @@
 //! What the sqlx dialects of oncebox (`oncebox-sqlite`, `oncebox-postgres`, `oncebox-mysql`)
-//! share, written once over `sqlx::Row` and `sqlx::Database`: turning sqlx errors into
-//! [`oncebox_core::Error`] with a temporary/permanent verdict, decoding outbox and DLQ rows into the
-//! core types with errors that name table, row and column, and reading status counts.
+//! share, written once over `sqlx::Row` and `sqlx::Database`:
 //!
-//! Each dialect supplies only what its database does differently: which server error codes mean
-//! "try again later" ([`ServerErrors`]) and how its columns are stored ([`RowFormat`]).
+//! * the four DAOs ([`SqlxOutboxDao`], [`SqlxDlqDao`], [`SqlxInboxDao`], [`SqlxJobLock`]) and the
+//!   [`SqlxStore`] (pool plus statements for one set of tables) that makes them;
+//! * the statements the shared operations run ([`Statements`], read from each dialect's `sql/`
+//!   files by [`sql_files!`]) and the runners every statement goes through
+//!   ([`Queries::execute`], [`Queries::fetch_all`]);
+//! * turning sqlx errors into [`oncebox_core::Error`] with a temporary/permanent verdict;
+//! * decoding outbox and DLQ rows into the core types with errors that name table, row and
+//!   column, and reading status counts.
+//!
+//! Each dialect supplies only what its database does differently: its [`Queries`] (how values
+//! are bound, and the claim, settle, transfer, record and lease statements whose shape differs),
+//! which server error codes mean "try again later" ([`ServerErrors`]) and how its columns are
+//! stored ([`RowFormat`]).
 //!
 //! ```
 //! use oncebox_sqlx::{ServerErrors, database_error};

@@ -142,7 +142,7 @@ pub struct EngineParts {
     /// Wake-up hints from the database.
     pub wake_source: Option<Box<dyn WakeSource>>,
     /// The awake marks the dialect's writer reads to leave out wake-ups the pollers do not need
-    /// ([`Dialect::poller_activity`](crate::Dialect::poller_activity)); only with a wake source.
+    /// ([`Dialect::poller_activity`]); only with a wake source.
     pub activity: Option<Arc<PollerActivity>>,
     /// This instance's id (job lock owner).
     pub worker_id: Uuid,
