@@ -129,24 +129,6 @@ fn render(tables: &TableNames, template: &str) -> String {
 }
 
 impl MySqlQueries {
-    /// Runs `statement` over `ids` in chunks on `connection`, with `first` bound before them;
-    /// the rows changed.
-    async fn execute_over_ids(
-        &self,
-        connection: &mut MySqlConnection,
-        statement: &Statement,
-        first: &[Param<'_>],
-        ids: &[Uuid],
-        context: &str,
-    ) -> Result<u64> {
-        let mut affected = 0;
-        for chunk in ids.chunks(MAX_IDS_PER_STATEMENT) {
-            let params: Vec<Param<'_>> = first.iter().copied().chain([Param::Ids(chunk)]).collect();
-            affected += self.execute(&mut *connection, statement, &params, context).await?;
-        }
-        Ok(affected)
-    }
-
     /// Runs every statement of a settle on `connection` (a transaction when there are several).
     async fn settle_all(
         &self,
@@ -158,9 +140,8 @@ impl MySqlQueries {
     ) -> Result<u64> {
         let mut settled = 0;
         if !processed.is_empty() {
-            let first = [Param::Id(token)];
-            settled +=
-                self.execute_over_ids(connection, &self.settle_processed, &first, processed, context).await?;
+            let params = [Param::Id(token), Param::Ids(processed)];
+            settled += self.execute_over_ids(connection, &self.settle_processed, &params, context).await?;
         }
         for chunk in others.chunks(OUTCOMES_PER_STATEMENT) {
             let mut query = sqlx::query(self.settle_outcomes.with_outcomes(chunk.len()));
@@ -291,8 +272,8 @@ impl Queries for MySqlQueries {
         // in the same transaction, and the others are sent.
         let decoded = MySqlRowFormat::decode_events(&rows, self.tables().events())?;
         let ids: Vec<Uuid> = decoded.ids().collect();
-        let first = [Param::Id(claim_token), Param::Time(claimed_at)];
-        self.execute_over_ids(&mut tx, &self.claim_update, &first, &ids, &context).await?;
+        let params = [Param::Id(claim_token), Param::Time(claimed_at), Param::Ids(&ids)];
+        self.execute_over_ids(&mut tx, &self.claim_update, &params, &context).await?;
         for (id, error) in decoded.undecodable_failures() {
             warn!(event_type, %id, %error, "claimed an outbox row that cannot be decoded; marked FAILED");
             let params = [Param::Text(&error), Param::Id(id), Param::Id(claim_token)];
@@ -360,8 +341,9 @@ impl Queries for MySqlQueries {
         let decoded = MySqlRowFormat::decode_events(&rows, self.tables().events())?;
         decoded.warn_left_out("a dead letter queue row");
         let ids: Vec<Uuid> = decoded.ids().collect();
-        self.execute_over_ids(&mut tx, &self.dlq_copy_failed, &[], &ids, context).await?;
-        self.execute_over_ids(&mut tx, &self.delete_events_by_ids, &[], &ids, context).await?;
+        let params = [Param::Ids(&ids)];
+        self.execute_over_ids(&mut tx, &self.dlq_copy_failed, &params, context).await?;
+        self.execute_over_ids(&mut tx, &self.delete_events_by_ids, &params, context).await?;
         tx.commit().await.context(context)?;
         Ok(decoded.rows)
     }
@@ -375,8 +357,9 @@ impl Queries for MySqlQueries {
             tx.commit().await.context(context)?;
             return Ok(0);
         }
-        self.execute_over_ids(&mut tx, &self.events_insert_from_dlq, &[], &ids, context).await?;
-        let moved = self.execute_over_ids(&mut tx, &self.dlq_delete_by_ids, &[], &ids, context).await?;
+        let params = [Param::Ids(&ids)];
+        self.execute_over_ids(&mut tx, &self.events_insert_from_dlq, &params, context).await?;
+        let moved = self.execute_over_ids(&mut tx, &self.dlq_delete_by_ids, &params, context).await?;
         tx.commit().await.context(context)?;
         Ok(moved)
     }

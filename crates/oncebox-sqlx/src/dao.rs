@@ -30,6 +30,9 @@ pub trait SqlxDatabase: Database<Arguments: IntoArguments<Self>> {
     /// `pool` as an executor, for code generic over the database (which cannot name the bound).
     fn pooled(pool: &Pool<Self>) -> impl Executor<'_, Database = Self>;
 
+    /// `connection` as an executor, for code generic over the database.
+    fn on(connection: &mut Self::Connection) -> impl Executor<'_, Database = Self>;
+
     /// Reads `column` of `row` as stored (`T`).
     fn column<T>(row: &Self::Row, column: &str) -> sqlx::Result<T>
     where
@@ -52,6 +55,10 @@ where
 {
     fn pooled(pool: &Pool<Self>) -> impl Executor<'_, Database = Self> {
         pool
+    }
+
+    fn on(connection: &mut Self::Connection) -> impl Executor<'_, Database = Self> {
+        connection
     }
 
     fn column<T>(row: &Self::Row, column: &str) -> sqlx::Result<T>
@@ -136,6 +143,31 @@ pub trait Queries: Send + Sync + Sized + 'static {
     {
         let query = self.bind(statement, params);
         async move { executor.fetch_all(query?).await.map_err(|error| Self::error(context, error)) }
+    }
+
+    /// Runs `statement` on `connection` once per chunk of its id list (at most
+    /// [`MAX_IDS`](Self::MAX_IDS) ids each), adding up the rows changed.
+    async fn execute_over_ids(
+        &self,
+        connection: &mut <Self::Db as Database>::Connection,
+        statement: &Statement,
+        params: &[Param<'_>],
+        context: &str,
+    ) -> Result<u64> {
+        let list = params.iter().enumerate().find_map(|(at, param)| match param {
+            Param::Ids(ids) => Some((at, *ids)),
+            _ => None,
+        });
+        let Some((at, ids)) = list else {
+            return self.execute(Self::Db::on(connection), statement, params, context).await;
+        };
+        let mut params = params.to_vec();
+        let mut affected = 0;
+        for chunk in ids.chunks(Self::MAX_IDS.max(1)) {
+            params[at] = Param::Ids(chunk);
+            affected += self.execute(Self::Db::on(&mut *connection), statement, &params, context).await?;
+        }
+        Ok(affected)
     }
 
     /// The ids in the `id` column of `rows`, in row order, read as `table` stores them.
@@ -314,28 +346,15 @@ impl<Q: Queries> SqlxStore<Q> {
         Ok(self.fetch_all(statement, params, context).await?.into_iter().next())
     }
 
-    /// Runs `statement` once per chunk of its id list (at most [`Queries::MAX_IDS`] ids each),
-    /// adding up the rows changed.
+    /// [`Queries::execute_over_ids`] on one connection of the pool.
     async fn execute_over_ids(
         &self,
         statement: &Statement,
         params: &[Param<'_>],
         context: &str,
     ) -> Result<u64> {
-        let list = params.iter().enumerate().find_map(|(at, param)| match param {
-            Param::Ids(ids) => Some((at, *ids)),
-            _ => None,
-        });
-        let Some((at, ids)) = list else {
-            return self.execute(statement, params, context).await;
-        };
-        let mut params = params.to_vec();
-        let mut affected = 0;
-        for chunk in ids.chunks(Q::MAX_IDS.max(1)) {
-            params[at] = Param::Ids(chunk);
-            affected += self.execute(statement, &params, context).await?;
-        }
-        Ok(affected)
+        let mut connection = self.pool.acquire().await.map_err(|error| Q::error(context, error))?;
+        self.queries.execute_over_ids(&mut connection, statement, params, context).await
     }
 
     /// Reads `(event_type, status, rows, extra)` groups with `statement`; `extra` is the integer

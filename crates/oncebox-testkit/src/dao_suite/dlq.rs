@@ -158,6 +158,24 @@ dao_cases! {
         Ok(())
     }
 
+    async fn dlq_changes_by_long_id_lists_reach_every_chunk(harness, dialect) {
+        // Past the 4,096 ids a MySQL statement takes: the list is split, and a row in any chunk,
+        // the last one included, is changed exactly once.
+        let failed = in_dlq(harness, dialect, 3, 0).await?;
+        let dlq = dialect.dlq_dao();
+        let mut ids: Vec<Uuid> = (0..5_000).map(|_| Uuid::now_v7()).collect();
+        for (at, event) in [0, 4_096, 4_999].into_iter().zip(&failed) {
+            ids[at] = event.id;
+        }
+        let selection = DlqSelection::Ids(ids);
+        assert_eq!(dlq.set_status(&selection, DlqStatus::Resolved).await.map_err(fail)?, 3);
+        let resolved = DlqFilter { status: Some(DlqStatus::Resolved), event_type: None };
+        assert_eq!(dlq.count(&resolved).await.map_err(fail)?, 3);
+        assert_eq!(dlq.delete(&selection).await.map_err(fail)?, 3);
+        assert_eq!(dlq.count(&DlqFilter::default()).await.map_err(fail)?, 0);
+        Ok(())
+    }
+
     async fn dlq_list_and_count_filter_and_page(harness, dialect) {
         let first = in_dlq(harness, dialect, 4, 0).await?;
         // A second transfer, later than the first, so moved_at orders the two groups.
