@@ -468,6 +468,11 @@ mod tests {
         // bare `?` left in a file would be text no value is bound to.
         let own = [
             (&statements.claim_select, &[0, 1][..]),
+            (&statements.claim_update, &[0, 1, 2][..]),
+            (&statements.dlq_copy_failed, &[0][..]),
+            (&statements.delete_events_by_ids, &[0][..]),
+            (&statements.events_insert_from_dlq, &[0][..]),
+            (&statements.dlq_delete_by_ids, &[0][..]),
             (&statements.fail_undecodable, &[0, 1, 2][..]),
             (&statements.dlq_lock_failed, &[0][..]),
             (&statements.dlq_lock_to_retry, &[0][..]),
@@ -493,7 +498,7 @@ mod tests {
     #[test]
     fn binding_refuses_missing_values_and_empty_lists() {
         let queries = MySqlQueries::new(&TableNames::default());
-        let inbox_consumed = &queries.common.all()[14];
+        let inbox_consumed = &queries.common.all()[15];
         let refused =
             |params: &[Param<'_>]| queries.bind(inbox_consumed, params).err().map(|error| error.to_string());
         assert!(

@@ -146,7 +146,8 @@ pub trait Queries: Send + Sync + Sized + 'static {
     }
 
     /// Runs `statement` on `connection` once per chunk of its id list (at most
-    /// [`MAX_IDS`](Self::MAX_IDS) ids each), adding up the rows changed.
+    /// [`MAX_IDS`](Self::MAX_IDS) ids each), adding up the rows changed; an empty list runs
+    /// nothing. Each chunk commits with the statement unless `connection` is in a transaction.
     async fn execute_over_ids(
         &self,
         connection: &mut <Self::Db as Database>::Connection,

@@ -4,8 +4,9 @@
 //! * the four DAOs ([`SqlxOutboxDao`], [`SqlxDlqDao`], [`SqlxInboxDao`], [`SqlxJobLock`]) and the
 //!   [`SqlxStore`] (pool plus statements for one set of tables) that makes them;
 //! * the statements the shared operations run ([`Statements`], read from each dialect's `sql/`
-//!   files by [`sql_files!`]) and the runners every statement goes through
-//!   ([`Queries::execute`], [`Queries::fetch_all`]);
+//!   files by [`sql_files!`]) and the runners the dialects' statements go through
+//!   ([`Queries::execute`], [`Queries::fetch_all`], and [`Queries::execute_over_ids`] for a
+//!   change over a list of ids);
 //! * turning sqlx errors into [`oncebox_core::Error`] with a temporary/permanent verdict;
 //! * decoding outbox and DLQ rows into the core types with errors that name table, row and
 //!   column, and reading status counts.

@@ -25,9 +25,9 @@ pub enum Param<'a> {
     /// One id.
     Id(Uuid),
     /// A non-empty list of ids, for `IN`/`ANY`: one array, one JSON text or one placeholder per id,
-    /// as the database takes lists. Callers split long lists with [`Queries::MAX_IDS`].
+    /// as the database takes lists. Long lists are split with [`Queries::execute_over_ids`].
     ///
-    /// [`Queries::MAX_IDS`]: crate::Queries::MAX_IDS
+    /// [`Queries::execute_over_ids`]: crate::Queries::execute_over_ids
     Ids(&'a [Uuid]),
     /// A span before a time the statement names (usually the database's now).
     Before(Duration),
@@ -185,7 +185,7 @@ macro_rules! shared_statements {
         #[macro_export]
         macro_rules! sql_files {
             () => {
-                ::oncebox_sqlx::SqlFiles {
+                $crate::SqlFiles {
                     $($name: include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/sql/", stringify!($name), ".sql")),)*
                 }
             };
