@@ -290,6 +290,12 @@ dao_cases! {
             .collect();
         let report = outbox.settle(&old_batch, &failures).await.map_err(fail)?;
         assert_eq!((report.settled, report.refused), (0, 3), "the stale batch must be refused");
+        let retries: Vec<Settlement> = events
+            .iter()
+            .map(|event| Settlement::Retry { id: event.id, delay: Duration::ZERO, error: "late retry".into() })
+            .collect();
+        let report = outbox.settle(&old_batch, &retries).await.map_err(fail)?;
+        assert_eq!((report.settled, report.refused), (0, 3), "a stale retry must be refused");
         for event in &events {
             let row = stored(&*outbox, event.id).await?;
             assert_eq!(row.status, EventStatus::InProcess, "the new claimer's state is kept");
