@@ -202,17 +202,20 @@ impl Queries for SqliteQueries {
             settled += self.execute(&mut *tx, &self.settle_processed, &params, &context).await?;
         }
         for settlement in settlements {
-            let (statement, params) = match settlement {
+            let (retry, failed);
+            let (statement, params): (_, &[Param<'_>]) = match settlement {
                 Settlement::Processed { .. } => continue,
-                Settlement::Retry { id, delay, error } => (
-                    &self.settle_retry,
-                    vec![Param::Id(*id), token, Param::After(*delay), Param::Text(last_error_text(error))],
-                ),
+                Settlement::Retry { id, delay, error } => {
+                    retry =
+                        [Param::Id(*id), token, Param::After(*delay), Param::Text(last_error_text(error))];
+                    (&self.settle_retry, &retry)
+                }
                 Settlement::Failed { id, error } => {
-                    (&self.settle_failed, vec![Param::Id(*id), token, Param::Text(last_error_text(error))])
+                    failed = [Param::Id(*id), token, Param::Text(last_error_text(error))];
+                    (&self.settle_failed, &failed)
                 }
             };
-            settled += self.execute(&mut *tx, statement, &params, &context).await?;
+            settled += self.execute(&mut *tx, statement, params, &context).await?;
         }
         tx.commit().await.context(&context)?;
         let total = settlements.len() as u64;
