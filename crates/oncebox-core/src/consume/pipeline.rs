@@ -12,7 +12,7 @@ use tokio::sync::{broadcast, watch};
 use uuid::Uuid;
 
 use super::{HandlerFailure, Handlers, Outcome, Received};
-use crate::error::{Error, ErrorKind};
+use crate::error::Error;
 use crate::retry::Doubling;
 
 /// How a listener retries a failed handler: after a doubling backoff, at most `max_attempts`
@@ -40,7 +40,8 @@ pub enum Verdict {
         /// The wait before the next run.
         retry_in: Duration,
     },
-    /// The message can never be handled (already logged and counted): dead-letter it, or hold it.
+    /// The message can never be handled (already counted; the transport logs what it does with
+    /// it): dead-letter it, or hold it.
     Poison {
         /// The event id, when the headers could be read.
         id: Option<Uuid>,
@@ -112,7 +113,7 @@ impl<M: Send + 'static> Pipeline<M> {
         let id = event.id;
         let Some(handler) = self.handlers.get(&event.event_type) else {
             let reason = format!("no handler for event type '{}' (event {id})", event.event_type);
-            return self.poison(Some(id), Error::new(ErrorKind::Decode, reason), failures);
+            return self.poison(Some(id), super::decode_error(reason), failures);
         };
         let error = match handler(event).await {
             Ok(consumed) if consumed.is_applied() => return Verdict::Settle(Outcome::Applied { id }),
@@ -195,7 +196,7 @@ pub async fn stopped(stopping: &mut watch::Receiver<bool>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Consumed;
+    use crate::{Consumed, ErrorKind};
     use crate::event::Headers;
 
     fn event(event_type: &str) -> Received<Vec<u8>, ()> {
