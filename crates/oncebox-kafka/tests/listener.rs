@@ -69,6 +69,8 @@ struct Fixture {
     bootstrap: String,
     topic: String,
     dead_letter_topic: Option<String>,
+    /// Runs after which a failing record is given up (`None`: never).
+    max_attempts: Option<u32>,
     group: String,
     database: PathBuf,
     inbox: Inbox<()>,
@@ -90,6 +92,14 @@ impl Fixture {
         dead_letter: bool,
         partitions: i32,
     ) -> Result<Self, Failed> {
+        let mut fixture = Self::prepare(harness, dead_letter, partitions).await?;
+        fixture.listen(effect).map_err(fail)?;
+        Ok(fixture)
+    }
+
+    /// The topics, group and inbox of [`start_with_partitions`](Self::start_with_partitions),
+    /// with no listener yet.
+    async fn prepare(harness: &Harness, dead_letter: bool, partitions: i32) -> Result<Self, Failed> {
         let topic = fresh_name("orders");
         let dead_letter_topic = dead_letter.then(|| fresh_name("orders-dlt"));
         let mut topics = vec![topic.as_str()];
@@ -103,19 +113,18 @@ impl Fixture {
             .await
             .map_err(fail)?;
         let inbox: Inbox<()> = Inbox::new("billing", dialect.inbox_dao(), ());
-        let mut fixture = Self {
+        Ok(Self {
             bootstrap: harness.bootstrap.clone(),
             topic,
             dead_letter_topic,
+            max_attempts: None,
             group,
             database,
             inbox,
             outcomes: broadcast::channel(1).1,
             stop: None,
             task: None,
-        };
-        fixture.listen(effect).map_err(fail)?;
-        Ok(fixture)
+        })
     }
 
     fn config(&self) -> KafkaListenerConfig {
@@ -123,6 +132,10 @@ impl Fixture {
             KafkaListenerConfig::new(self.bootstrap.clone(), self.group.clone(), [self.topic.clone()])
                 .with_retry_backoff(Duration::from_millis(50), Duration::from_millis(200))
                 .with_shutdown_grace(Duration::from_secs(10));
+        let config = match self.max_attempts {
+            Some(attempts) => config.with_max_attempts(attempts),
+            None => config,
+        };
         match &self.dead_letter_topic {
             Some(topic) => config.with_dead_letter_topic(topic.clone()),
             None => config,
@@ -351,6 +364,44 @@ async fn a_record_whose_handler_keeps_failing_is_not_committed_and_comes_again(
     assert_eq!(fixture.next_outcome().await?, KafkaOutcome::Applied { id: behind.id });
     fixture.stop().await?;
     assert_eq!(healthy.calls(), 2);
+    assert_eq!(fixture.committed()?, Some(2));
+    Ok(())
+}
+
+async fn a_record_that_fails_max_attempts_times_is_dead_lettered_and_the_partition_goes_on(
+    harness: Arc<Harness>,
+) -> TestResult {
+    let effect = Effect::failing(2);
+    let mut fixture = Fixture::prepare(&harness, true, 1).await?;
+    fixture.max_attempts = Some(2);
+    fixture.listen(effect.clone()).map_err(fail)?;
+    let dead_letter_topic = fixture.dead_letter_topic.clone().ok_or_else(|| fail("no dead-letter topic"))?;
+    let sender = fixture.sender()?;
+    let failing = fixture.message(8);
+    let behind = fixture.message(9);
+    let results = sender.send(&[failing.clone(), behind.clone()], Deadline::after(WAIT)).await;
+    if let Some(error) = results.iter().find_map(|result| result.as_ref().err()) {
+        return Err(fail(format!("could not send the batch: {error}")));
+    }
+    let outcome = fixture.next_outcome().await?;
+    assert!(
+        matches!(&outcome, KafkaOutcome::Retrying { id, attempts: 1, .. } if *id == failing.id),
+        "{outcome:?}"
+    );
+    match fixture.next_outcome().await? {
+        KafkaOutcome::DeadLettered { id: Some(id), to, reason }
+            if id == failing.id && to == dead_letter_topic =>
+        {
+            assert!(reason.contains("gave up after 2 attempts"), "{reason}");
+        }
+        other => return Err(fail(format!("the record was not given up after 2 attempts: {other:?}"))),
+    }
+    assert_eq!(fixture.next_outcome().await?, KafkaOutcome::Applied { id: behind.id });
+    assert!(!fixture.inbox.is_consumed(failing.id).await.map_err(fail)?, "a given-up effect is not recorded");
+    let dead = read_topic(&fixture.bootstrap, &dead_letter_topic, 1, WAIT).await.map_err(fail)?;
+    assert_eq!(dead.len(), 1, "the given-up record is on the dead-letter topic");
+    fixture.stop().await?;
+    assert_eq!(effect.calls(), 3, "two failed runs, then the record behind");
     assert_eq!(fixture.committed()?, Some(2));
     Ok(())
 }
@@ -629,6 +680,10 @@ fn cases() -> Vec<Case<Harness>> {
         case!(
             "a_record_whose_handler_keeps_failing_is_not_committed_and_comes_again",
             a_record_whose_handler_keeps_failing_is_not_committed_and_comes_again
+        ),
+        case!(
+            "a_record_that_fails_max_attempts_times_is_dead_lettered_and_the_partition_goes_on",
+            a_record_that_fails_max_attempts_times_is_dead_lettered_and_the_partition_goes_on
         ),
         case!("poison_records_go_to_the_dead_letter_topic", poison_records_go_to_the_dead_letter_topic),
         case!(

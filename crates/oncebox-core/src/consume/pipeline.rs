@@ -196,8 +196,8 @@ pub async fn stopped(stopping: &mut watch::Receiver<bool>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Consumed, ErrorKind};
     use crate::event::Headers;
+    use crate::{Consumed, ErrorKind};
 
     fn event(event_type: &str) -> Received<Vec<u8>, ()> {
         let (id, headers) = (Uuid::now_v7(), Headers::new());
