@@ -334,6 +334,40 @@ async fn a_channel_closed_during_a_retry_wait_is_noticed_before_the_wait_ends(
     fixture.finish().await
 }
 
+/// A failed run is remembered across a redelivery to the same listener: after the first run
+/// fails, the connection is closed while the retry waits; the redelivered message runs once more,
+/// which is its second failed run of two allowed, and it is dead-lettered.
+async fn failed_runs_are_counted_across_a_redelivery(harness: Arc<ListenerHarness>) -> TestResult {
+    let effect = Arc::new(Effect::failing_first(usize::MAX));
+    let name = fresh_name("listener");
+    let long = Duration::from_secs(60);
+    let setup = Setup {
+        connection_name: Some(name.clone()),
+        retry_backoff: Some((long, long)),
+        ..Setup::dead_lettered(2)
+    };
+    let mut fixture = Fixture::start_with(&harness, effect.clone(), setup).await.map_err(fail)?;
+    let sender = fixture.sender().map_err(fail)?;
+    let message = message_for(&fixture.exchange, 15);
+    fixture.deliver(&sender, &message).await?;
+    let first = fixture.next_outcome().await?;
+    assert!(
+        matches!(&first, ListenerOutcome::Retrying { id, attempts: 1, .. } if *id == message.id),
+        "{first:?}"
+    );
+    let closed = close_connections_named(&name).map_err(fail)?;
+    assert_eq!(closed, 1, "the listener's connection was not found");
+    // Counted from zero again, the redelivery would wait 60 s for a third run instead.
+    let outcome = fixture.next_outcome().await?;
+    assert!(
+        matches!(&outcome, ListenerOutcome::DeadLettered { id: Some(id), .. } if *id == message.id),
+        "the redelivered message did not carry its failed run: {outcome:?}"
+    );
+    assert_eq!(effect.calls.load(Ordering::SeqCst), 2);
+    fixture.dead_lettered().await?.ok_or_else(|| fail("the failing event never reached the DLX"))?;
+    fixture.finish().await
+}
+
 fn cases() -> Vec<Case<ListenerHarness>> {
     vec![
         case!(
@@ -352,6 +386,7 @@ fn cases() -> Vec<Case<ListenerHarness>> {
             "an_effect_that_keeps_failing_is_dead_lettered_after_max_attempts",
             an_effect_that_keeps_failing_is_dead_lettered_after_max_attempts
         ),
+        case!("failed_runs_are_counted_across_a_redelivery", failed_runs_are_counted_across_a_redelivery),
         case!(
             "a_brief_outage_does_not_lose_the_message_under_default_settings",
             a_brief_outage_does_not_lose_the_message_under_default_settings
