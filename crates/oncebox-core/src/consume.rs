@@ -444,7 +444,7 @@ pub trait ListenerConfig: Sized {
     /// Checks every setting, naming the first that is wrong.
     fn validate(&self) -> Result<()>;
 
-    /// How a failed handler is retried.
+    /// How a failed handler is retried, and whether a message can be given up.
     fn retry(&self) -> RetryPolicy;
 
     /// The listener running `pipeline` (its handlers checked, and never empty).

@@ -69,7 +69,8 @@ impl ListenerConfig for KafkaListenerConfig {
     }
 
     fn retry(&self) -> RetryPolicy {
-        RetryPolicy { backoff: self.retry, max_attempts: self.max_attempts }
+        // A record given up is dead-lettered, or its partition is held at it.
+        RetryPolicy { backoff: self.retry, max_attempts: self.max_attempts, can_give_up: true }
     }
 
     fn listener(self, pipeline: Pipeline<KafkaSource>) -> Result<KafkaListener> {
@@ -419,7 +420,7 @@ impl KafkaListener {
     /// Runs the handler for one record and decides what happens to its offset.
     async fn process(&self, consumer: &ListenerConsumer, record: &OwnedMessage, attempts: u32) -> Settled {
         let verdict = match decode_record(record) {
-            Ok(event) => self.pipeline.run(event, attempts, true).await,
+            Ok(event) => self.pipeline.run(event, attempts).await,
             Err(error) => self.pipeline.undecodable(error, attempts),
         };
         match verdict {

@@ -104,7 +104,12 @@ impl ListenerConfig for RabbitListenerConfig {
     }
 
     fn retry(&self) -> RetryPolicy {
-        RetryPolicy { backoff: self.retry, max_attempts: Some(self.max_attempts) }
+        // Without a dead-letter exchange, rejecting a message would make RabbitMQ discard it.
+        RetryPolicy {
+            backoff: self.retry,
+            max_attempts: Some(self.max_attempts),
+            can_give_up: self.dead_letters(),
+        }
     }
 
     fn listener(self, pipeline: Pipeline<RabbitSource>) -> Result<RabbitListener> {
@@ -354,8 +359,7 @@ impl RabbitListener {
         let id = event.id;
         let mut failures = self.failures(id);
         loop {
-            let retry_in = match self.pipeline.run(event.clone(), failures, self.config.dead_letters()).await
-            {
+            let retry_in = match self.pipeline.run(event.clone(), failures).await {
                 Verdict::Settle(outcome) => {
                     let acknowledged = delivery
                         .acker

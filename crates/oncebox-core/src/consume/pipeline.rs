@@ -23,6 +23,9 @@ pub struct RetryPolicy {
     pub backoff: Doubling,
     /// Runs before the message is given up, when it can be.
     pub max_attempts: Option<u32>,
+    /// Whether the transport can give a message up once its runs are used up: it has somewhere to
+    /// send it, or can hold its place. When not, the message is retried, never discarded.
+    pub can_give_up: bool,
 }
 
 /// What one run of a message's handler came to.
@@ -107,9 +110,9 @@ impl<M: Send + 'static> Pipeline<M> {
 
     /// Runs the handler of `event`'s type, after `failures` failed runs of it, and says what
     /// becomes of the message. A type without a handler is poison. When the runs are used up the
-    /// message is given up as poison if `can_give_up` (it has somewhere to go, or its place can be
-    /// held); otherwise it is retried at the backoff, logged at ERROR, and never discarded.
-    pub async fn run(&self, event: Received<Vec<u8>, M>, failures: u32, can_give_up: bool) -> Verdict {
+    /// message is given up as poison if the policy [can give it up](RetryPolicy::can_give_up);
+    /// otherwise it is retried at the backoff, logged at ERROR, and never discarded.
+    pub async fn run(&self, event: Received<Vec<u8>, M>, failures: u32) -> Verdict {
         let id = event.id;
         let Some(handler) = self.handlers.get(&event.event_type) else {
             let reason = format!("no handler for event type '{}' (event {id})", event.event_type);
@@ -123,7 +126,7 @@ impl<M: Send + 'static> Pipeline<M> {
         };
         let attempts = failures.saturating_add(1);
         let exhausted = self.retry.max_attempts.is_some_and(|max| attempts >= max);
-        if exhausted && can_give_up {
+        if exhausted && self.retry.can_give_up {
             return self.poison(
                 Some(id),
                 error.context(format!("gave up after {attempts} attempts")),
@@ -211,31 +214,29 @@ mod tests {
         }
     }
 
-    fn pipeline(max_attempts: Option<u32>) -> Pipeline<()> {
+    fn pipeline(max_attempts: Option<u32>, can_give_up: bool) -> Pipeline<()> {
         let handlers = Handlers::new()
             .on("ok", |_: Received<u32, ()>| async { Ok(Consumed::Applied(())) })
             .on("failing", |_: Received<u32, ()>| async { Err(Error::new(ErrorKind::Broker, "down")) });
         let backoff = Doubling::new(Duration::from_millis(100), Duration::from_millis(250));
-        Pipeline::new(handlers, RetryPolicy { backoff, max_attempts })
+        Pipeline::new(handlers, RetryPolicy { backoff, max_attempts, can_give_up })
     }
 
     #[tokio::test]
     async fn a_run_settles_retries_with_backoff_or_gives_up_only_where_it_may() {
-        let pipeline = pipeline(Some(3));
-        assert!(matches!(pipeline.run(event("ok"), 0, true).await, Verdict::Settle(Outcome::Applied { .. })));
-        let Verdict::Retry { attempts: 2, retry_in } = pipeline.run(event("failing"), 1, true).await else {
+        let pipeline = pipeline(Some(3), true);
+        assert!(matches!(pipeline.run(event("ok"), 0).await, Verdict::Settle(Outcome::Applied { .. })));
+        let Verdict::Retry { attempts: 2, retry_in } = pipeline.run(event("failing"), 1).await else {
             panic!("the second failed run is retried");
         };
         assert_eq!(retry_in, Duration::from_millis(200));
-        let Verdict::Poison { reason, attempts: 3, .. } = pipeline.run(event("failing"), 2, true).await
-        else {
+        let Verdict::Poison { reason, attempts: 3, .. } = pipeline.run(event("failing"), 2).await else {
             panic!("the last run gives up");
         };
         assert!(reason.to_string().contains("gave up after 3 attempts"), "{reason}");
-        let kept = pipeline.run(event("failing"), 7, false).await;
+        let kept = self::pipeline(Some(3), false).run(event("failing"), 7).await;
         assert!(matches!(kept, Verdict::Retry { attempts: 8, .. }), "nowhere to go: retried, {kept:?}");
-        let Verdict::Poison { reason, id: Some(_), .. } = pipeline.run(event("unknown"), 0, true).await
-        else {
+        let Verdict::Poison { reason, id: Some(_), .. } = pipeline.run(event("unknown"), 0).await else {
             panic!("a type without a handler is poison");
         };
         assert!(reason.to_string().contains("no handler for event type 'unknown'"), "{reason}");
@@ -244,7 +245,7 @@ mod tests {
 
     #[tokio::test]
     async fn without_a_limit_a_failing_handler_is_never_given_up() {
-        let kept = pipeline(None).run(event("failing"), u32::MAX - 1, true).await;
+        let kept = pipeline(None, true).run(event("failing"), u32::MAX - 1).await;
         assert!(matches!(kept, Verdict::Retry { attempts: u32::MAX, .. }), "{kept:?}");
     }
 }
