@@ -42,6 +42,22 @@ pub fn server_url(variable: &str, example: &str) -> BenchResult<String> {
     }
 }
 
+/// Runs a benchmark's `run` with its `args` and the server URL from `variable` on a multi-thread
+/// runtime: what every benchmark `main` does.
+pub fn run_against<A, F>(
+    variable: &str,
+    example: &str,
+    args: A,
+    run: impl FnOnce(A, String) -> F,
+) -> Result<(), Box<dyn Error>>
+where
+    F: std::future::Future<Output = BenchResult<()>>,
+{
+    let url = server_url(variable, example).map_err(|error| -> Box<dyn Error> { error })?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(run(args, url)).map_err(|error| -> Box<dyn Error> { error })
+}
+
 /// A name no concurrent run uses: `<stem><8 hex digits>`.
 pub fn fresh_name(stem: &str) -> String {
     let random = uuid::Uuid::new_v4().simple().to_string();
@@ -126,6 +142,32 @@ fn nearest_rank(count: usize, quantile: f64) -> usize {
 /// A duration in milliseconds with three decimals, for tables.
 pub fn millis(duration: Duration) -> String {
     format!("{:.3}", duration.as_secs_f64() * 1e3)
+}
+
+/// Prints the latency table of interleaved variants: one row per label, with its summary.
+pub fn print_variants<'a>(labels: impl IntoIterator<Item = &'a str>, summaries: &[Summary]) {
+    println!("\n| variant | n | mean ms | p50 ms | p99 ms |\n|---|---:|---:|---:|---:|");
+    for (label, summary) in labels.into_iter().zip(summaries) {
+        println!(
+            "| {label} | {} | {} | {} | {} |",
+            summary.count,
+            millis(summary.mean),
+            millis(summary.p50),
+            millis(summary.p99)
+        );
+    }
+}
+
+/// Prints the ratio table of `summaries`: for each `(label, a, b)`, variant `a`'s mean and median
+/// over variant `b`'s.
+pub fn print_ratios(summaries: &[Summary], pairs: &[(&str, usize, usize)]) {
+    let ratio = |a: usize, b: usize, pick: fn(&Summary) -> Duration| {
+        pick(&summaries[a]).as_secs_f64() / pick(&summaries[b]).as_secs_f64()
+    };
+    println!("\n| ratio | of means | of p50 |\n|---|---:|---:|");
+    for &(label, a, b) in pairs {
+        println!("| {label} | {:.3} | {:.3} |", ratio(a, b, |s| s.mean), ratio(a, b, |s| s.p50));
+    }
 }
 
 /// `count` per `elapsed` second.

@@ -1,5 +1,6 @@
-//! A pass-through outbox DAO that tells an observer how long each claim and settle took and what
-//! it covered, for benchmarks that time the relay's statements or stamp its events.
+//! A pass-through outbox DAO that tells an observer when each claim and settle starts and ends, how
+//! long it took and what it covered, for benchmarks that time the relay's statements, count them in
+//! flight or stamp its events.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -9,12 +10,37 @@ use oncebox_core::event::OutboxCounts;
 use oncebox_core::{ClaimedBatch, OutboxDao, OutboxEvent, Result, SettleReport, Settlement};
 use uuid::Uuid;
 
-/// Told about every successful claim and settle of an [`ObservedOutbox`].
+/// Told about every claim and settle of an [`ObservedOutbox`]; each method does nothing unless
+/// implemented.
 pub trait OutboxObserver: Send + Sync {
+    /// A claim or settle is about to run.
+    fn started(&self) {}
+    /// A claim or settle has ended: returned, failed or been cancelled.
+    fn finished(&self) {}
     /// A claim returned `batch` after `elapsed`.
-    fn claimed(&self, elapsed: Duration, batch: &ClaimedBatch);
+    fn claimed(&self, elapsed: Duration, batch: &ClaimedBatch) {
+        let _ = (elapsed, batch);
+    }
     /// A settle of `settlements` for `batch` returned after `elapsed`.
-    fn settled(&self, elapsed: Duration, batch: &ClaimedBatch, settlements: &[Settlement]);
+    fn settled(&self, elapsed: Duration, batch: &ClaimedBatch, settlements: &[Settlement]) {
+        let _ = (elapsed, batch, settlements);
+    }
+}
+
+/// Tells the observer a call has finished when dropped, so a failed or cancelled call counts too.
+struct Running<'a, O: OutboxObserver>(&'a O);
+
+impl<'a, O: OutboxObserver> Running<'a, O> {
+    fn start(observer: &'a O) -> Self {
+        observer.started();
+        Self(observer)
+    }
+}
+
+impl<O: OutboxObserver> Drop for Running<'_, O> {
+    fn drop(&mut self) {
+        self.0.finished();
+    }
 }
 
 /// An [`OutboxDao`] that passes every call to `inner` and reports claims and settles to `observer`.
@@ -33,6 +59,7 @@ impl<O> ObservedOutbox<O> {
 #[async_trait]
 impl<O: OutboxObserver + 'static> OutboxDao for ObservedOutbox<O> {
     async fn claim(&self, event_type: &str, limit: u32) -> Result<ClaimedBatch> {
+        let _running = Running::start(&*self.observer);
         let started = Instant::now();
         let batch = self.inner.claim(event_type, limit).await?;
         self.observer.claimed(started.elapsed(), &batch);
@@ -40,6 +67,7 @@ impl<O: OutboxObserver + 'static> OutboxDao for ObservedOutbox<O> {
     }
 
     async fn settle(&self, batch: &ClaimedBatch, settlements: &[Settlement]) -> Result<SettleReport> {
+        let _running = Running::start(&*self.observer);
         let started = Instant::now();
         let report = self.inner.settle(batch, settlements).await?;
         self.observer.settled(started.elapsed(), batch, settlements);

@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use oncebox_benches::{
-    BenchPayload, BenchResult, EVENT_TYPE, Summary, fresh_name, millis, per_second, server_url,
+    BenchPayload, BenchResult, EVENT_TYPE, Summary, fresh_name, per_second, print_ratios, print_variants,
+    run_against,
 };
 use oncebox_core::config::{Config, EventSettings};
 use oncebox_core::engine::{Engine, EngineParts};
@@ -49,10 +50,7 @@ struct Args {
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
-    let args = Args::parse();
-    let url = server_url(URL_VARIABLE, URL_EXAMPLE).map_err(|error| -> Box<dyn Error> { error })?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(run(args, url)).map_err(|error| -> Box<dyn Error> { error })
+    run_against(URL_VARIABLE, URL_EXAMPLE, Args::parse(), run)
 }
 
 struct Bench {
@@ -316,22 +314,7 @@ async fn publish_overhead(bench: &Bench, iterations: usize) -> BenchResult<()> {
     println!(
         "\n## Publish overhead: {iterations} iterations per variant, interleaved, after 50 warm-up rounds"
     );
-    println!("\n| variant | n | mean ms | p50 ms | p99 ms |\n|---|---:|---:|---:|---:|");
-    for (label, summary) in labels.iter().zip(&summaries) {
-        println!(
-            "| {label} | {} | {} | {} | {} |",
-            summary.count,
-            millis(summary.mean),
-            millis(summary.p50),
-            millis(summary.p99)
-        );
-    }
-    let ratio = |a: usize, b: usize, pick: fn(&Summary) -> Duration| {
-        pick(&summaries[a]).as_secs_f64() / pick(&summaries[b]).as_secs_f64()
-    };
-    println!("\n| ratio | of means | of p50 |\n|---|---:|---:|");
-    for (label, a, b) in [("B/A", 1, 0), ("C/A", 2, 0), ("C/B", 2, 1)] {
-        println!("| {label} | {:.3} | {:.3} |", ratio(a, b, |s| s.mean), ratio(a, b, |s| s.p50));
-    }
+    print_variants(labels.iter().copied(), &summaries);
+    print_ratios(&summaries, &[("B/A", 1, 0), ("C/A", 2, 0), ("C/B", 2, 1)]);
     Ok(())
 }

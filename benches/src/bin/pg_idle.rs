@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use oncebox::Oncebox;
-use oncebox_benches::{BenchResult, fresh_name, server_url};
+use oncebox_benches::{BenchResult, fresh_name, run_against};
 use oncebox_core::{Config, TableNames};
 use oncebox_postgres::{DEFAULT_MAX_CONNECTIONS, PgDialect, connect_options};
 use oncebox_testkit::MemoryBroker;
@@ -48,10 +48,7 @@ struct Args {
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
-    let args = Args::parse();
-    let url = server_url(URL_VARIABLE, URL_EXAMPLE).map_err(|error| -> Box<dyn Error> { error })?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(run(args, url)).map_err(|error| -> Box<dyn Error> { error })
+    run_against(URL_VARIABLE, URL_EXAMPLE, Args::parse(), run)
 }
 
 /// Statement executions seen by the proxy, keyed by the statement's normalised SQL.

@@ -24,16 +24,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use clap::Parser;
+use oncebox_benches::observe::{ObservedOutbox, OutboxObserver};
 use oncebox_benches::pg_backlog::{Bench, check_drained, fast_polling, write_template_of_types};
-use oncebox_benches::{BenchPayload, BenchResult, CountingSender, Summary, millis, per_second, server_url};
+use oncebox_benches::{BenchPayload, BenchResult, CountingSender, Summary, millis, per_second, run_against};
 use oncebox_core::config::EventSettings;
-use oncebox_core::event::OutboxCounts;
-use oncebox_core::{
-    ClaimedBatch, Config, Dialect, Engine, EngineParts, Lifecycle, OutboxDao, OutboxEvent, SettleReport,
-    Settlement,
-};
+use oncebox_core::{Config, Dialect, Engine, EngineParts, Lifecycle};
 use oncebox_postgres::{DEFAULT_MAX_CONNECTIONS, PgDialect};
 use sqlx::{AssertSqlSafe, Connection, PgPool};
 use uuid::Uuid;
@@ -85,10 +81,7 @@ struct Args {
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
-    let args = Args::parse();
-    let url = server_url(URL_VARIABLE, URL_EXAMPLE).map_err(|error| -> Box<dyn Error> { error })?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(run(args, url)).map_err(|error| -> Box<dyn Error> { error })
+    run_against(URL_VARIABLE, URL_EXAMPLE, Args::parse(), run)
 }
 
 async fn run(args: Args, url: String) -> BenchResult<()> {
@@ -213,9 +206,9 @@ async fn drain_with_business_load(
         config = config
             .event(event_type, EventSettings::new(TOPIC).batch_size(args.batch_size).polling(fast_polling()));
     }
-    let outbox = Arc::new(InFlightOutbox::new(relay.outbox_dao()));
+    let in_flight = Arc::new(InFlight::default());
     let mut parts = EngineParts::new(config.build()?);
-    parts.outbox = Some(outbox.clone());
+    parts.outbox = Some(Arc::new(ObservedOutbox::new(relay.outbox_dao(), in_flight.clone())));
     parts.dlq = Some(relay.dlq_dao());
     parts.inbox = Some(relay.inbox_dao());
     parts.job_lock = Some(relay.job_lock());
@@ -253,7 +246,7 @@ async fn drain_with_business_load(
             delivered: stats.delivered,
             drain_time,
             task_errors: stats.task_errors,
-            statements_max: outbox.max_in_flight.load(Ordering::Relaxed),
+            statements_max: in_flight.max.load(Ordering::Relaxed),
         }),
         business: samples,
         elapsed,
@@ -466,73 +459,20 @@ fn print_table(rows: &[Row], default_threads: usize) {
 
 // ---- relay instrumentation ------------------------------------------------------------------------
 
-/// Counts the outbox statements in flight and keeps the maximum; everything passes through.
-struct InFlightOutbox {
-    inner: Arc<dyn OutboxDao>,
-    in_flight: AtomicUsize,
-    max_in_flight: AtomicUsize,
+/// Counts the outbox statements in flight and keeps the maximum.
+#[derive(Default)]
+struct InFlight {
+    now: AtomicUsize,
+    max: AtomicUsize,
 }
 
-impl InFlightOutbox {
-    fn new(inner: Arc<dyn OutboxDao>) -> Self {
-        Self { inner, in_flight: AtomicUsize::new(0), max_in_flight: AtomicUsize::new(0) }
+impl OutboxObserver for InFlight {
+    fn started(&self) {
+        let now = self.now.fetch_add(1, Ordering::Relaxed) + 1;
+        self.max.fetch_max(now, Ordering::Relaxed);
     }
 
-    /// Marks one statement in flight until the guard drops.
-    fn enter(&self) -> InFlightGuard<'_> {
-        let now = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
-        self.max_in_flight.fetch_max(now, Ordering::Relaxed);
-        InFlightGuard { counter: &self.in_flight }
-    }
-}
-
-/// Ends one statement's time in flight.
-struct InFlightGuard<'a> {
-    counter: &'a AtomicUsize,
-}
-
-impl Drop for InFlightGuard<'_> {
-    fn drop(&mut self) {
-        self.counter.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-#[async_trait]
-impl OutboxDao for InFlightOutbox {
-    async fn claim(&self, event_type: &str, limit: u32) -> oncebox_core::Result<ClaimedBatch> {
-        let _guard = self.enter();
-        self.inner.claim(event_type, limit).await
-    }
-
-    async fn settle(
-        &self,
-        batch: &ClaimedBatch,
-        settlements: &[Settlement],
-    ) -> oncebox_core::Result<SettleReport> {
-        let _guard = self.enter();
-        self.inner.settle(batch, settlements).await
-    }
-
-    async fn recover_stuck(
-        &self,
-        older_than: Duration,
-        max_recoveries: u32,
-        limit: u32,
-    ) -> oncebox_core::Result<u64> {
-        let _guard = self.enter();
-        self.inner.recover_stuck(older_than, max_recoveries, limit).await
-    }
-
-    async fn delete_processed(&self, older_than: Duration, limit: u32) -> oncebox_core::Result<u64> {
-        let _guard = self.enter();
-        self.inner.delete_processed(older_than, limit).await
-    }
-
-    async fn get(&self, id: Uuid) -> oncebox_core::Result<Option<OutboxEvent>> {
-        self.inner.get(id).await
-    }
-
-    async fn counts(&self) -> oncebox_core::Result<OutboxCounts> {
-        self.inner.counts().await
+    fn finished(&self) {
+        self.now.fetch_sub(1, Ordering::Relaxed);
     }
 }

@@ -25,19 +25,20 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use clap::Parser;
+use oncebox_benches::observe::{ObservedOutbox, OutboxObserver};
 use oncebox_benches::pg_backlog::{
     Bench, ENGINE_CLAIM, ENGINE_SETTLE, PREFILL_BATCH, RawSql, check_drained, fast_polling, raw_loop,
     write_template,
 };
 use oncebox_benches::{
-    BenchPayload, BenchResult, CountingSender, EVENT_TYPE, Summary, millis, per_second, server_url,
+    BenchPayload, BenchResult, CountingSender, EVENT_TYPE, Summary, millis, per_second, print_ratios,
+    print_variants, run_against,
 };
 use oncebox_core::activity::PollerActivity;
 use oncebox_core::config::EventSettings;
-use oncebox_core::event::OutboxCounts;
 use oncebox_core::{
     ClaimedBatch, Config, Deadline, Dialect, Engine, EngineHandle, EngineParts, Lifecycle, OutboundMessage,
-    OutboxDao, OutboxEvent, Publisher, SendError, Sender, SettleReport, Settlement,
+    Publisher, SendError, Sender, Settlement,
 };
 use oncebox_postgres::{PgDialect, PgWriter};
 use oncebox_testkit::MemoryBroker;
@@ -109,9 +110,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             .try_init()
             .map_err(|error| -> Box<dyn Error> { error })?;
     }
-    let url = server_url(URL_VARIABLE, URL_EXAMPLE).map_err(|error| -> Box<dyn Error> { error })?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(run(args, url)).map_err(|error| -> Box<dyn Error> { error })
+    run_against(URL_VARIABLE, URL_EXAMPLE, args, run)
 }
 
 async fn run(args: Args, url: String) -> BenchResult<()> {
@@ -343,20 +342,20 @@ async fn engine_drain(bench: &Bench, instances: usize, args: &Args, events: u64)
     for _ in 0..instances {
         dialects.push(bench.instance().await?);
     }
-    let mut running: Vec<(EngineHandle, Arc<TimedOutbox>, Arc<TimedSender>)> = Vec::new();
+    let mut running: Vec<(EngineHandle, Arc<Timings>, Arc<TimedSender>)> = Vec::new();
     let started = Instant::now();
     for dialect in &dialects {
-        let outbox = Arc::new(TimedOutbox::new(dialect.outbox_dao()));
+        let timings = Arc::new(Timings::default());
         let inner: Arc<dyn Sender> =
             if args.counting_sender { Arc::new(CountingSender) } else { Arc::new(broker.clone()) };
         let sender = Arc::new(TimedSender::new(inner));
         let mut parts = EngineParts::new(config.clone());
-        parts.outbox = Some(outbox.clone());
+        parts.outbox = Some(Arc::new(ObservedOutbox::new(dialect.outbox_dao(), timings.clone())));
         parts.dlq = Some(dialect.dlq_dao());
         parts.inbox = Some(dialect.inbox_dao());
         parts.job_lock = Some(dialect.job_lock());
         parts.sender = Some(sender.clone());
-        running.push((Engine::start(parts)?, outbox, sender));
+        running.push((Engine::start(parts)?, timings, sender));
     }
     let deadline = started + DRAIN_TIMEOUT;
     let elapsed = loop {
@@ -393,14 +392,14 @@ async fn engine_drain(bench: &Bench, instances: usize, args: &Args, events: u64)
         settle: Duration::ZERO,
     };
     let mut task_errors = 0;
-    for (engine, outbox, sender) in &running {
+    for (engine, timings, sender) in &running {
         engine.shutdown(Duration::from_secs(30)).await?;
         let stats = engine.stats();
         result.events += stats.delivered;
         task_errors += stats.task_errors;
-        result.batches += outbox.settles.load(Ordering::Relaxed);
-        result.claim += outbox.claim_time();
-        result.settle += outbox.settle_time();
+        result.batches += timings.settles.load(Ordering::Relaxed);
+        result.claim += timings.claim_time();
+        result.settle += timings.settle_time();
         result.send += sender.time();
     }
     for dialect in dialects {
@@ -420,24 +419,15 @@ async fn engine_drain(bench: &Bench, instances: usize, args: &Args, events: u64)
     Ok(result)
 }
 
-/// Adds the time spent in `claim` and `settle` to counters; everything else passes through.
-struct TimedOutbox {
-    inner: Arc<dyn OutboxDao>,
+/// Adds the time spent in successful claims and settles to counters.
+#[derive(Default)]
+struct Timings {
     claim_nanos: AtomicU64,
     settle_nanos: AtomicU64,
     settles: AtomicU64,
 }
 
-impl TimedOutbox {
-    fn new(inner: Arc<dyn OutboxDao>) -> Self {
-        Self {
-            inner,
-            claim_nanos: AtomicU64::new(0),
-            settle_nanos: AtomicU64::new(0),
-            settles: AtomicU64::new(0),
-        }
-    }
-
+impl Timings {
     fn claim_time(&self) -> Duration {
         Duration::from_nanos(self.claim_nanos.load(Ordering::Relaxed))
     }
@@ -447,50 +437,18 @@ impl TimedOutbox {
     }
 }
 
-fn add_elapsed(counter: &AtomicU64, started: Instant) {
-    counter.fetch_add(u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
+fn add_elapsed(counter: &AtomicU64, elapsed: Duration) {
+    counter.fetch_add(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
 }
 
-#[async_trait]
-impl OutboxDao for TimedOutbox {
-    async fn claim(&self, event_type: &str, limit: u32) -> oncebox_core::Result<ClaimedBatch> {
-        let started = Instant::now();
-        let batch = self.inner.claim(event_type, limit).await;
-        add_elapsed(&self.claim_nanos, started);
-        batch
+impl OutboxObserver for Timings {
+    fn claimed(&self, elapsed: Duration, _: &ClaimedBatch) {
+        add_elapsed(&self.claim_nanos, elapsed);
     }
 
-    async fn settle(
-        &self,
-        batch: &ClaimedBatch,
-        settlements: &[Settlement],
-    ) -> oncebox_core::Result<SettleReport> {
-        let started = Instant::now();
-        let report = self.inner.settle(batch, settlements).await;
-        add_elapsed(&self.settle_nanos, started);
+    fn settled(&self, elapsed: Duration, _: &ClaimedBatch, _: &[Settlement]) {
+        add_elapsed(&self.settle_nanos, elapsed);
         self.settles.fetch_add(1, Ordering::Relaxed);
-        report
-    }
-
-    async fn recover_stuck(
-        &self,
-        older_than: Duration,
-        max_recoveries: u32,
-        limit: u32,
-    ) -> oncebox_core::Result<u64> {
-        self.inner.recover_stuck(older_than, max_recoveries, limit).await
-    }
-
-    async fn delete_processed(&self, older_than: Duration, limit: u32) -> oncebox_core::Result<u64> {
-        self.inner.delete_processed(older_than, limit).await
-    }
-
-    async fn get(&self, id: Uuid) -> oncebox_core::Result<Option<OutboxEvent>> {
-        self.inner.get(id).await
-    }
-
-    async fn counts(&self) -> oncebox_core::Result<OutboxCounts> {
-        self.inner.counts().await
     }
 }
 
@@ -515,7 +473,7 @@ impl Sender for TimedSender {
     async fn send(&self, batch: &[OutboundMessage], deadline: Deadline) -> Vec<Result<(), SendError>> {
         let started = Instant::now();
         let results = self.inner.send(batch, deadline).await;
-        add_elapsed(&self.nanos, started);
+        add_elapsed(&self.nanos, started.elapsed());
         results
     }
 
@@ -792,23 +750,7 @@ async fn publish_phases(bench: &Bench, args: &Args) -> BenchResult<()> {
         }
     }
     let summaries: Vec<Summary> = samples.iter().map(|s| Summary::of(s)).collect();
-    println!("\n| variant | n | mean ms | p50 ms | p99 ms |");
-    println!("|---|---:|---:|---:|---:|");
-    for (variant, summary) in variants.iter().zip(&summaries) {
-        println!(
-            "| {} | {} | {} | {} | {} |",
-            variant.label(),
-            summary.count,
-            millis(summary.mean),
-            millis(summary.p50),
-            millis(summary.p99)
-        );
-    }
-    let ratio = |a: usize, b: usize, pick: fn(&Summary) -> Duration| {
-        pick(&summaries[a]).as_secs_f64() / pick(&summaries[b]).as_secs_f64()
-    };
-    println!("\n| ratio | of means | of p50 |");
-    println!("|---|---:|---:|");
+    print_variants(variants.iter().map(|variant| variant.label()), &summaries);
     let pairs = [
         ("B/A", 1, 0),
         ("C/A", 2, 0),
@@ -818,9 +760,7 @@ async fn publish_phases(bench: &Bench, args: &Args) -> BenchResult<()> {
         ("D/E", 3, 4),
         ("C/D", 2, 3),
     ];
-    for (label, a, b) in pairs {
-        println!("| {label} | {:.3} | {:.3} |", ratio(a, b, |s| s.mean), ratio(a, b, |s| s.p50));
-    }
+    print_ratios(&summaries, &pairs);
     // The added cost of a publish: the transaction's time beyond the business insert alone.
     let added = |index: usize, pick: fn(&Summary) -> Duration| {
         pick(&summaries[index]).as_secs_f64() - pick(&summaries[0]).as_secs_f64()

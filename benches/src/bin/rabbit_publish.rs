@@ -19,7 +19,7 @@ use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueuePurgeOption
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
 use oncebox_benches::rabbit::Topology;
-use oncebox_benches::{BenchPayload, BenchResult, EVENT_TYPE, median, per_second, server_url};
+use oncebox_benches::{BenchPayload, BenchResult, EVENT_TYPE, median, per_second, run_against};
 use oncebox_core::{Deadline, OutboundMessage, Sender};
 use oncebox_rabbit::{RabbitSender, RabbitSenderConfig};
 use uuid::Uuid;
@@ -43,10 +43,7 @@ struct Args {
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
-    let args = Args::parse();
-    let url = server_url(URL_VARIABLE, URL_EXAMPLE).map_err(|error| -> Box<dyn Error> { error })?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(run(args, url)).map_err(|error| -> Box<dyn Error> { error })
+    run_against(URL_VARIABLE, URL_EXAMPLE, Args::parse(), run)
 }
 
 /// The ways of publishing compared.

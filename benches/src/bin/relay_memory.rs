@@ -19,7 +19,7 @@ use lapin::types::{AMQPValue, FieldTable, ShortString};
 use oncebox_benches::pg_backlog::{Bench, check_drained, fast_polling};
 use oncebox_benches::process::{mib, peak_rss, reset_peak_rss, rss};
 use oncebox_benches::rabbit::Topology;
-use oncebox_benches::{BenchResult, CountingSender, EVENT_TYPE, per_second, server_url};
+use oncebox_benches::{BenchResult, CountingSender, EVENT_TYPE, per_second, run_against, server_url};
 use oncebox_core::config::EventSettings;
 use oncebox_core::{Config, Engine, EngineParts, Lifecycle, Sender};
 use oncebox_rabbit::{RabbitSender, RabbitSenderConfig};
@@ -71,11 +71,7 @@ struct Args {
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
-    let args = Args::parse();
-    let url = server_url("ONCEBOX_PG_URL", "postgres://postgres@127.0.0.1:5432/test")
-        .map_err(|error| -> Box<dyn Error> { error })?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(run(args, url)).map_err(|error| -> Box<dyn Error> { error })
+    run_against("ONCEBOX_PG_URL", "postgres://postgres@127.0.0.1:5432/test", Args::parse(), run)
 }
 
 async fn run(args: Args, url: String) -> BenchResult<()> {
