@@ -109,16 +109,7 @@ pub struct MySqlQueries {
     pub(crate) dlq_lock_to_retry: Statement,
     pub(crate) events_insert_from_dlq: Statement,
     pub(crate) dlq_delete_by_ids: Statement,
-    pub(crate) inbox_record: Statement,
-    pub(crate) job_take_expired: Statement,
     pub(crate) job_insert: Statement,
-}
-
-/// The ids of `ids` without repeats, in first-seen order: a batch that names an id twice records it
-/// once.
-pub(crate) fn distinct(ids: &[Uuid]) -> Vec<Uuid> {
-    let mut seen = std::collections::HashSet::with_capacity(ids.len());
-    ids.iter().copied().filter(|id| seen.insert(*id)).collect()
 }
 
 /// `template` for `tables`, without its comment lines: the comments document the files, and the
@@ -193,8 +184,6 @@ impl Queries for MySqlQueries {
             dlq_lock_to_retry: numbered(include_str!("../sql/dlq_lock_to_retry.sql")),
             events_insert_from_dlq: numbered(include_str!("../sql/events_insert_from_dlq.sql")),
             dlq_delete_by_ids: numbered(include_str!("../sql/dlq_delete_by_ids.sql")),
-            inbox_record: numbered(include_str!("../sql/inbox_record.sql")),
-            job_take_expired: numbered(include_str!("../sql/job_take_expired.sql")),
             job_insert: numbered(include_str!("../sql/job_insert.sql")),
         }
     }
@@ -368,7 +357,7 @@ impl Queries for MySqlQueries {
     /// recorded". InnoDB rolls back only the failed statement, so a caller's transaction goes on
     /// unharmed.
     async fn record_on(&self, connection: &mut MySqlConnection, consumer: &str, id: Uuid) -> Result<bool> {
-        let query = self.bind(&self.inbox_record, &[Param::Text(consumer), Param::Id(id)])?;
+        let query = self.bind(&self.common.inbox_record, &[Param::Text(consumer), Param::Id(id)])?;
         match query.execute(connection).await {
             Ok(_) => Ok(true),
             Err(error) if error_number(&error) == Some(DUPLICATE_KEY) => Ok(false),
@@ -376,25 +365,10 @@ impl Queries for MySqlQueries {
         }
     }
 
-    /// One insert per id (each must tell new from duplicate on its own).
-    async fn record_many_on(
-        &self,
-        connection: &mut MySqlConnection,
-        consumer: &str,
-        ids: &[Uuid],
-    ) -> Result<Vec<Uuid>> {
-        let mut new = Vec::new();
-        for id in distinct(ids) {
-            if self.record_on(connection, consumer, id).await? {
-                new.push(id);
-            }
-        }
-        Ok(new)
-    }
-
     async fn record_many(&self, pool: &MySqlPool, consumer: &str, ids: &[Uuid]) -> Result<Vec<Uuid>> {
         let context = "recording consumed events";
-        // One transaction: all of the batch is recorded, or none of it.
+        // One insert per id (each must tell new from duplicate on its own), in one transaction:
+        // all of the batch is recorded, or none of it.
         let mut tx = pool.begin().await.context(context)?;
         let new = self.record_many_on(&mut tx, consumer, ids).await?;
         tx.commit().await.context(context)?;
@@ -414,7 +388,7 @@ impl Queries for MySqlQueries {
     ) -> Result<bool> {
         let context = format!("locking job {job}");
         let params = [Param::Text(job), Param::After(lock_at_most_for), Param::Id(owner)];
-        if self.execute(pool, &self.job_take_expired, &params, &context).await? == 1 {
+        if self.execute(pool, &self.common.job_try_lock, &params, &context).await? == 1 {
             return Ok(true);
         }
         match self.bind(&self.job_insert, &params)?.execute(pool).await {
@@ -476,8 +450,8 @@ mod tests {
             (&statements.fail_undecodable, &[0, 1, 2][..]),
             (&statements.dlq_lock_failed, &[0][..]),
             (&statements.dlq_lock_to_retry, &[0][..]),
-            (&statements.inbox_record, &[0, 1][..]),
-            (&statements.job_take_expired, &[1, 2, 0][..]),
+            (&statements.common.inbox_record, &[0, 1][..]),
+            (&statements.common.job_try_lock, &[1, 2, 0][..]),
             (&statements.job_insert, &[0, 1, 2][..]),
         ];
         for (statement, order) in own {

@@ -148,7 +148,7 @@ mod mysql_async_writer {
         event: Uuid,
     ) -> Result<bool> {
         let params = Params::Positional(vec![text(consumer), id(event)]);
-        match tx.exec_drop(writer.statements.inbox_record.as_str(), params).await {
+        match tx.exec_drop(writer.statements.common.inbox_record.as_str(), params).await {
             Ok(()) => Ok(true),
             Err(mysql_async::Error::Server(server)) if server.code == DUPLICATE_KEY => Ok(false),
             Err(error) => Err(mysql_async_error("recording a consumed event", error)),
@@ -167,7 +167,7 @@ mod mysql_async_writer {
             ids: &[Uuid],
         ) -> Result<Vec<Uuid>> {
             let mut new = Vec::new();
-            for id in crate::queries::distinct(ids) {
+            for id in oncebox_sqlx::distinct(ids) {
                 if record_one(self, tx, consumer, id).await? {
                     new.push(id);
                 }

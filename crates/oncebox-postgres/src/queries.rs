@@ -2,17 +2,16 @@
 //! how values are bound, and the operations whose shape is PostgreSQL's own.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use oncebox_core::event::last_error_text;
 use oncebox_core::{ClaimedBatch, EventStatus, OutboxEvent, Result, SettleReport, Settlement, TableNames};
 use oncebox_sqlx::{
-    BoundQuery, DecodeRow, Param, Queries, SqlxResultExt, Statement, Statements, database_error,
-    in_input_order, limit, micros, sql_files,
+    BoundQuery, DecodeRow, Param, Queries, SqlxResultExt, Statement, Statements, database_error, limit,
+    micros, sql_files,
 };
 use sqlx::postgres::PgQueryResult;
-use sqlx::{AssertSqlSafe, PgConnection, PgPool, Postgres, SqlSafeStr, SqlStr};
+use sqlx::{AssertSqlSafe, PgPool, Postgres, SqlSafeStr, SqlStr};
 use tracing::warn;
 use uuid::Uuid;
 
@@ -48,9 +47,7 @@ pub struct PgQueries {
     pub(crate) fail_undecodable: SqlStr,
     pub(crate) dlq_transfer_to: Statement,
     pub(crate) dlq_transfer_from: Statement,
-    pub(crate) inbox_record: Statement,
     pub(crate) inbox_record_many: Statement,
-    pub(crate) job_try_lock: Statement,
 }
 
 /// The NOTIFY channel for the tables with `prefix`: one per prefix, so two oncebox installations
@@ -125,14 +122,16 @@ impl Queries for PgQueries {
             fail_undecodable: sql(include_str!("../sql/fail_undecodable.sql")),
             dlq_transfer_to: numbered(include_str!("../sql/dlq_transfer_to.sql")),
             dlq_transfer_from: numbered(include_str!("../sql/dlq_transfer_from.sql")),
-            inbox_record: numbered(include_str!("../sql/inbox_record.sql")),
             inbox_record_many: numbered(include_str!("../sql/inbox_record_many.sql")),
-            job_try_lock: numbered(include_str!("../sql/job_try_lock.sql")),
         }
     }
 
     fn statements(&self) -> &Statements {
         &self.common
+    }
+
+    fn inbox_record_many(&self) -> Option<&Statement> {
+        Some(&self.inbox_record_many)
     }
 
     fn bind<'q>(&self, statement: &Statement, params: &[Param<'_>]) -> Result<BoundQuery<'q, Postgres>> {
@@ -241,38 +240,6 @@ impl Queries for PgQueries {
         let context = "moving DLQ events back to the outbox";
         self.execute(pool, &self.dlq_transfer_from, &[limit(max_rows)], context).await
     }
-
-    async fn record_on(&self, connection: &mut PgConnection, consumer: &str, id: Uuid) -> Result<bool> {
-        let params = [Param::Text(consumer), Param::Id(id)];
-        let recorded =
-            self.execute(connection, &self.inbox_record, &params, "recording a consumed event").await?;
-        Ok(recorded == 1)
-    }
-
-    async fn record_many_on(
-        &self,
-        connection: &mut PgConnection,
-        consumer: &str,
-        ids: &[Uuid],
-    ) -> Result<Vec<Uuid>> {
-        let context = "recording consumed events";
-        let params = [Param::Text(consumer), Param::Ids(ids)];
-        let rows = self.fetch_all(connection, &self.inbox_record_many, &params, context).await?;
-        let new = Self::read_ids(&rows, self.tables().consumed(), context)?;
-        Ok(in_input_order(ids, new.into_iter().collect()))
-    }
-
-    async fn try_lock(
-        &self,
-        pool: &PgPool,
-        job: &str,
-        owner: Uuid,
-        lock_at_most_for: Duration,
-    ) -> Result<bool> {
-        let params = [Param::Text(job), Param::After(lock_at_most_for), Param::Id(owner)];
-        let taken = self.execute(pool, &self.job_try_lock, &params, &format!("locking job {job}")).await?;
-        Ok(taken == 1)
-    }
 }
 
 #[cfg(test)]
@@ -287,7 +254,7 @@ mod tests {
             statements.claim.as_str(),
             statements.settle.as_str(),
             statements.settle_processed.as_str(),
-            statements.job_try_lock.as_str(),
+            statements.inbox_record_many.as_str(),
         ];
         let shared = statements.common.all().map(Statement::as_str);
         for sql in own.into_iter().chain(shared) {

@@ -242,7 +242,7 @@ mod tokio_postgres_writer {
     impl<'c> InboxWriter<Transaction<'c>> for PgWriter {
         async fn record(&self, tx: &mut Transaction<'c>, consumer: &str, id: Uuid) -> Result<bool> {
             let inserted = tx
-                .execute(self.statements.inbox_record.as_str(), &[&consumer, &id])
+                .execute(self.statements.common.inbox_record.as_str(), &[&consumer, &id])
                 .await
                 .map_err(|error| tokio_postgres_error("recording a consumed event", error))?;
             Ok(inserted == 1)

@@ -2,18 +2,17 @@
 //! values are bound, and the operations whose shape is SQLite's own.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::SecondsFormat;
 use oncebox_core::event::last_error_text;
 use oncebox_core::{ClaimedBatch, OutboxEvent, Result, SettleReport, Settlement, TableNames};
 use oncebox_sqlx::{
-    BoundQuery, DecodeRow, Param, Queries, SqlxResultExt, Statement, Statements, database_error,
-    in_input_order, limit, sql_files,
+    BoundQuery, DecodeRow, Param, Queries, SqlxResultExt, Statement, Statements, database_error, limit,
+    sql_files,
 };
 use sqlx::sqlite::SqliteQueryResult;
-use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr, Sqlite, SqliteConnection, SqlitePool};
+use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr, Sqlite, SqlitePool};
 use tracing::warn;
 use uuid::Uuid;
 
@@ -61,9 +60,7 @@ pub struct SqliteQueries {
     pub(crate) dlq_mark_in_process: Statement,
     pub(crate) events_insert_from_dlq: Statement,
     pub(crate) dlq_delete_in_process: Statement,
-    pub(crate) inbox_record: Statement,
     pub(crate) inbox_record_many: Statement,
-    pub(crate) job_try_lock: Statement,
 }
 
 impl SqliteQueries {
@@ -115,14 +112,16 @@ impl Queries for SqliteQueries {
             dlq_mark_in_process: numbered(include_str!("../sql/dlq_mark_in_process.sql")),
             events_insert_from_dlq: numbered(include_str!("../sql/events_insert_from_dlq.sql")),
             dlq_delete_in_process: numbered(include_str!("../sql/dlq_delete_in_process.sql")),
-            inbox_record: numbered(include_str!("../sql/inbox_record.sql")),
             inbox_record_many: numbered(include_str!("../sql/inbox_record_many.sql")),
-            job_try_lock: numbered(include_str!("../sql/job_try_lock.sql")),
         }
     }
 
     fn statements(&self) -> &Statements {
         &self.common
+    }
+
+    fn inbox_record_many(&self) -> Option<&Statement> {
+        Some(&self.inbox_record_many)
     }
 
     fn bind<'q>(&self, statement: &Statement, params: &[Param<'_>]) -> Result<BoundQuery<'q, Sqlite>> {
@@ -259,38 +258,6 @@ impl Queries for SqliteQueries {
         tx.commit().await.context(context)?;
         Ok(moved)
     }
-
-    async fn record_on(&self, connection: &mut SqliteConnection, consumer: &str, id: Uuid) -> Result<bool> {
-        let params = [Param::Text(consumer), Param::Id(id)];
-        let recorded =
-            self.execute(connection, &self.inbox_record, &params, "recording a consumed event").await?;
-        Ok(recorded == 1)
-    }
-
-    async fn record_many_on(
-        &self,
-        connection: &mut SqliteConnection,
-        consumer: &str,
-        ids: &[Uuid],
-    ) -> Result<Vec<Uuid>> {
-        let context = "recording consumed events";
-        let params = [Param::Text(consumer), Param::Ids(ids)];
-        let rows = self.fetch_all(connection, &self.inbox_record_many, &params, context).await?;
-        let new = Self::read_ids(&rows, self.tables().consumed(), context)?;
-        Ok(in_input_order(ids, new.into_iter().collect()))
-    }
-
-    async fn try_lock(
-        &self,
-        pool: &SqlitePool,
-        job: &str,
-        owner: Uuid,
-        lock_at_most_for: Duration,
-    ) -> Result<bool> {
-        let params = [Param::Text(job), Param::After(lock_at_most_for), Param::Id(owner)];
-        let taken = self.execute(pool, &self.job_try_lock, &params, &format!("locking job {job}")).await?;
-        Ok(taken == 1)
-    }
 }
 
 #[cfg(test)]
@@ -305,7 +272,7 @@ mod tests {
             statements.claim.as_str(),
             statements.schema_events.as_str(),
             statements.settle_retry.as_str(),
-            statements.job_try_lock.as_str(),
+            statements.inbox_record_many.as_str(),
         ];
         let shared = statements.common.all().map(Statement::as_str);
         for sql in own.into_iter().chain(shared) {

@@ -201,13 +201,26 @@ pub trait Queries: Send + Sync + Sized + 'static {
     async fn transfer_from_dlq(&self, pool: &Pool<Self::Db>, max_rows: u32) -> Result<u64>;
 
     /// Records one consumed id on `connection` (a pooled connection or a caller's transaction);
-    /// `true` when it was new.
+    /// `true` when it was new. The default runs `inbox_record`, an insert that skips a recorded id.
     async fn record_on(
         &self,
         connection: &mut <Self::Db as Database>::Connection,
         consumer: &str,
         id: Uuid,
-    ) -> Result<bool>;
+    ) -> Result<bool> {
+        let statement = &self.statements().inbox_record;
+        let params = [Param::Text(consumer), Param::Id(id)];
+        let recorded =
+            self.execute(Self::Db::on(connection), statement, &params, "recording a consumed event").await?;
+        Ok(recorded == 1)
+    }
+
+    /// The statement that records a list of ids in one go and returns the `id` of each row it
+    /// inserted (`$1` the consumer, `$2` the ids), where the database has one; without it (the
+    /// default), [`record_many_on`](Self::record_many_on) records the ids one by one.
+    fn inbox_record_many(&self) -> Option<&Statement> {
+        None
+    }
 
     /// Records a non-empty list of consumed ids on `connection`; the new ones in input order, each
     /// once.
@@ -216,7 +229,22 @@ pub trait Queries: Send + Sync + Sized + 'static {
         connection: &mut <Self::Db as Database>::Connection,
         consumer: &str,
         ids: &[Uuid],
-    ) -> Result<Vec<Uuid>>;
+    ) -> Result<Vec<Uuid>> {
+        let context = "recording consumed events";
+        let Some(statement) = self.inbox_record_many() else {
+            let mut new = Vec::new();
+            for id in distinct(ids) {
+                if self.record_on(connection, consumer, id).await? {
+                    new.push(id);
+                }
+            }
+            return Ok(new);
+        };
+        let params = [Param::Text(consumer), Param::Ids(ids)];
+        let rows = self.fetch_all(Self::Db::on(connection), statement, &params, context).await?;
+        let new = Self::read_ids(&rows, self.tables().consumed(), context)?;
+        Ok(in_input_order(ids, new.into_iter().collect()))
+    }
 
     /// Records one consumed id on a connection of `pool` (see [`InboxDao::record`]).
     async fn record(&self, pool: &Pool<Self::Db>, consumer: &str, id: Uuid) -> Result<bool> {
@@ -235,13 +263,20 @@ pub trait Queries: Send + Sync + Sized + 'static {
     }
 
     /// Takes the lease of `job` for `owner` when it is free or has run out; whether it was taken.
+    /// The default runs `job_try_lock`, one statement that changes the job's row only then.
     async fn try_lock(
         &self,
         pool: &Pool<Self::Db>,
         job: &str,
         owner: Uuid,
         lock_at_most_for: Duration,
-    ) -> Result<bool>;
+    ) -> Result<bool> {
+        let params = [Param::Text(job), Param::After(lock_at_most_for), Param::Id(owner)];
+        let statement = &self.statements().job_try_lock;
+        let taken =
+            self.execute(Self::Db::pooled(pool), statement, &params, &format!("locking job {job}")).await?;
+        Ok(taken == 1)
+    }
 }
 
 /// A pool and a dialect's SQL for one set of tables: what a sqlx dialect is built on and every
@@ -387,6 +422,13 @@ impl<Q: Queries> SqlxStore<Q> {
 /// Writes `Debug` for a shared DAO as `<dialect><kind> { table: … }`.
 fn debug_table(f: &mut std::fmt::Formatter<'_>, name: &str, kind: &str, table: &str) -> std::fmt::Result {
     f.debug_struct(&format!("{name}{kind}")).field("table", &table).finish()
+}
+
+/// The ids of `ids` without repeats, in first-seen order: a batch that names an id twice records it
+/// once.
+pub fn distinct(ids: &[Uuid]) -> Vec<Uuid> {
+    let mut seen = HashSet::with_capacity(ids.len());
+    ids.iter().copied().filter(|id| seen.insert(*id)).collect()
 }
 
 /// The ids of `ids` that are in `found`, in input order and each once (a duplicate in the input

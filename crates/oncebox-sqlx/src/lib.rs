@@ -45,7 +45,7 @@ mod time;
 
 pub use dao::{
     BoundQuery, Queries, SqlxDatabase, SqlxDlqDao, SqlxInboxDao, SqlxJobLock, SqlxOutboxDao, SqlxStore,
-    in_input_order, limit,
+    distinct, in_input_order, limit,
 };
 pub use error::{ServerErrors, SqlxResultExt, database_error};
 pub use row::{

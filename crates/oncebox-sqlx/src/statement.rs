@@ -161,7 +161,7 @@ macro_rules! shared_statements {
         #[derive(Clone, Debug)]
         pub struct Statements {
             pub(crate) tables: TableNames,
-            $(pub(crate) $name: Statement,)*
+            $($(#[doc = $doc])* pub $name: Statement,)*
         }
 
         /// How many statements the shared operations run.
@@ -230,6 +230,10 @@ shared_statements! {
     inbox_delete_older_than,
     /// Ends a job lease, keeping it at least its minimum.
     job_unlock,
+    /// Records one inbox id: one changed row when it was new.
+    inbox_record,
+    /// Takes a job lease that is free or has run out: one changed row when it was taken.
+    job_try_lock,
 }
 
 /// The migrations of one dialect, in order, as `(file name, SQL)` pairs embedded at compile time
