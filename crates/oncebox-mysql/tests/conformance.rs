@@ -7,82 +7,53 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use oncebox_core::{
-    Dialect, Error, InboxWriter, NewOutboxEvent, OutboxWriter, Result, SchemaPlan, TableNames,
-};
+use oncebox_core::{Dialect, Error, Result, TableNames};
 use oncebox_mysql::{MySqlDialect, connect_options, pool_options};
 use oncebox_testkit::runner::{Suite, server_missing};
-use oncebox_testkit::sqlx_harness::{begin, drop_tables, end, sql_error};
-use oncebox_testkit::{AgedTable, DaoHarness, dao_suite, engine_suite, random_prefix};
-use sqlx::AssertSqlSafe;
+use oncebox_testkit::sqlx_harness::{SqlxBackend, SqlxHarness, sql_error};
+use oncebox_testkit::{AgedTable, dao_suite, engine_suite};
+use sqlx::{AssertSqlSafe, MySql, MySqlPool};
 use uuid::Uuid;
 
 #[path = "conformance/mysql_cases.rs"]
 mod mysql_cases;
 
-/// Connections per test dialect: enough for the concurrent cases, few enough that two tests at a
-/// time stay far below the server's limit (151 by default).
-const POOL_SIZE: u32 = 8;
-
-/// Connections of each further instance over a test's tables: the cases run up to four instances
-/// beside the test's own pool.
-const INSTANCE_POOL_SIZE: u32 = 4;
-
 /// Fresh table prefixes in one MySQL/MariaDB database.
-pub struct MySqlHarness {
+pub struct MySqlBackend {
     url: String,
 }
 
-impl MySqlHarness {
+/// The MySQL harness of the suites.
+pub type MySqlHarness = SqlxHarness<MySqlBackend>;
+
+impl MySqlBackend {
     /// The server's URL.
     pub fn url(&self) -> &str {
         &self.url
     }
+}
 
-    /// A dialect on a new pool made by the library's pool options, using `prefix`, with no tables
-    /// created.
-    pub async fn dialect(&self, prefix: &str, pool_size: u32) -> Result<MySqlDialect> {
+#[async_trait]
+impl SqlxBackend for MySqlBackend {
+    type Db = MySql;
+    type Dialect = MySqlDialect;
+
+    fn pool(dialect: &MySqlDialect) -> &MySqlPool {
+        dialect.pool()
+    }
+
+    fn tables(dialect: &MySqlDialect) -> &TableNames {
+        dialect.tables()
+    }
+
+    /// A pool made by the library's pool options.
+    async fn connect(&self, prefix: &str, pool_size: u32) -> Result<MySqlDialect> {
         let pool = pool_options()
             .max_connections(pool_size)
             .connect_with(connect_options(&self.url)?)
             .await
             .map_err(sql_error("connecting"))?;
         Ok(MySqlDialect::new(pool).with_tables(&TableNames::with_prefix(prefix)?))
-    }
-
-    /// Drops the tables of `dialect`'s prefix.
-    pub async fn drop_tables(&self, dialect: &MySqlDialect) -> Result<()> {
-        drop_tables(dialect.pool(), dialect.tables()).await
-    }
-}
-
-#[async_trait]
-impl DaoHarness for MySqlHarness {
-    type Dialect = MySqlDialect;
-
-    async fn fresh(&self) -> Result<MySqlDialect> {
-        let dialect = self.dialect(&random_prefix(), POOL_SIZE).await?;
-        dialect.create_schema(SchemaPlan { outbox: true, dlq: true, inbox: true, jobs: true }).await?;
-        Ok(dialect)
-    }
-
-    async fn publish(&self, dialect: &MySqlDialect, events: &[NewOutboxEvent], commit: bool) -> Result<()> {
-        let mut tx = begin(dialect.pool()).await?;
-        dialect.writer().write(&mut tx, events).await?;
-        end(tx, commit).await
-    }
-
-    async fn record_in_transaction(
-        &self,
-        dialect: &MySqlDialect,
-        consumer: &str,
-        ids: &[Uuid],
-        commit: bool,
-    ) -> Result<Vec<Uuid>> {
-        let mut tx = begin(dialect.pool()).await?;
-        let new = dialect.writer().record_many(&mut tx, consumer, ids).await?;
-        end(tx, commit).await?;
-        Ok(new)
     }
 
     async fn backdate(
@@ -117,12 +88,6 @@ impl DaoHarness for MySqlHarness {
         Ok(())
     }
 
-    async fn execute_sql(&self, dialect: &MySqlDialect, sql: &str) -> Result<()> {
-        let sql = dialect.tables().render(sql);
-        sqlx::raw_sql(AssertSqlSafe(sql)).execute(dialect.pool()).await.map_err(sql_error("executing"))?;
-        Ok(())
-    }
-
     async fn overwrite_headers(
         &self,
         dialect: &MySqlDialect,
@@ -139,28 +104,13 @@ impl DaoHarness for MySqlHarness {
             .map_err(sql_error("overwriting headers"))?;
         Ok(())
     }
-
-    async fn dispose(&self, dialect: MySqlDialect) -> Result<()> {
-        let dropped = self.drop_tables(&dialect).await;
-        dialect.pool().close().await;
-        dropped
-    }
-
-    async fn another_instance(&self, dialect: &MySqlDialect) -> Result<Option<MySqlDialect>> {
-        Ok(Some(self.dialect(dialect.tables().prefix(), INSTANCE_POOL_SIZE).await?))
-    }
-
-    async fn close_instance(&self, instance: MySqlDialect) -> Result<()> {
-        instance.pool().close().await;
-        Ok(())
-    }
 }
 
 fn main() -> ExitCode {
     let Ok(url) = std::env::var("ONCEBOX_MYSQL_URL") else {
         return server_missing("mysql conformance", "ONCEBOX_MYSQL_URL");
     };
-    let harness = Arc::new(MySqlHarness { url });
+    let harness = Arc::new(SqlxHarness(MySqlBackend { url }));
     Suite::new()
         .add("dao", harness.clone(), dao_suite::cases())
         .add("engine", harness.clone(), engine_suite::cases())

@@ -7,82 +7,54 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use oncebox_core::{
-    Dialect, Error, InboxWriter, NewOutboxEvent, OutboxWriter, Result, SchemaPlan, TableNames,
-};
+use oncebox_core::{Dialect, Error, Result, TableNames};
 use oncebox_postgres::{PgDialect, connect_options};
 use oncebox_testkit::runner::{Suite, server_missing};
-use oncebox_testkit::sqlx_harness::{begin, drop_tables, end, sql_error};
-use oncebox_testkit::{AgedTable, DaoHarness, dao_suite, engine_suite, random_prefix};
+use oncebox_testkit::sqlx_harness::{SqlxBackend, SqlxHarness, sql_error};
+use oncebox_testkit::{AgedTable, dao_suite, engine_suite};
 use sqlx::AssertSqlSafe;
 use sqlx::postgres::PgPoolOptions;
+use sqlx::{PgPool, Postgres};
 use uuid::Uuid;
 
 #[path = "conformance/pg_cases.rs"]
 mod pg_cases;
 
-/// Connections per test dialect: enough for the concurrent cases, few enough that two tests at a
-/// time stay far below the server's limit.
-const POOL_SIZE: u32 = 8;
-
-/// Connections of each further instance over a test's tables: the cases run up to four instances
-/// beside the test's own pool.
-const INSTANCE_POOL_SIZE: u32 = 4;
-
 /// Fresh table prefixes in one PostgreSQL database.
-pub struct PgHarness {
+pub struct PgBackend {
     url: String,
 }
 
-impl PgHarness {
+/// The PostgreSQL harness of the suites.
+pub type PgHarness = SqlxHarness<PgBackend>;
+
+impl PgBackend {
     /// The server's URL.
     pub fn url(&self) -> &str {
         &self.url
     }
+}
 
-    /// A dialect on a new pool, using `prefix`, with no tables created.
-    pub async fn dialect(&self, prefix: &str, pool_size: u32) -> Result<PgDialect> {
+#[async_trait]
+impl SqlxBackend for PgBackend {
+    type Db = Postgres;
+    type Dialect = PgDialect;
+
+    fn pool(dialect: &PgDialect) -> &PgPool {
+        dialect.pool()
+    }
+
+    fn tables(dialect: &PgDialect) -> &TableNames {
+        dialect.tables()
+    }
+
+    async fn connect(&self, prefix: &str, pool_size: u32) -> Result<PgDialect> {
         let pool = PgPoolOptions::new()
             .max_connections(pool_size)
             .connect_with(connect_options(&self.url)?)
             .await
             .map_err(sql_error("connecting"))?;
         Ok(PgDialect::new(pool).with_tables(&TableNames::with_prefix(prefix)?))
-    }
-
-    /// Drops the tables of `dialect`'s prefix.
-    pub async fn drop_tables(&self, dialect: &PgDialect) -> Result<()> {
-        drop_tables(dialect.pool(), dialect.tables()).await
-    }
-}
-
-#[async_trait]
-impl DaoHarness for PgHarness {
-    type Dialect = PgDialect;
-
-    async fn fresh(&self) -> Result<PgDialect> {
-        let dialect = self.dialect(&random_prefix(), POOL_SIZE).await?;
-        dialect.create_schema(SchemaPlan { outbox: true, dlq: true, inbox: true, jobs: true }).await?;
-        Ok(dialect)
-    }
-
-    async fn publish(&self, dialect: &PgDialect, events: &[NewOutboxEvent], commit: bool) -> Result<()> {
-        let mut tx = begin(dialect.pool()).await?;
-        dialect.writer().write(&mut tx, events).await?;
-        end(tx, commit).await
-    }
-
-    async fn record_in_transaction(
-        &self,
-        dialect: &PgDialect,
-        consumer: &str,
-        ids: &[Uuid],
-        commit: bool,
-    ) -> Result<Vec<Uuid>> {
-        let mut tx = begin(dialect.pool()).await?;
-        let new = dialect.writer().record_many(&mut tx, consumer, ids).await?;
-        end(tx, commit).await?;
-        Ok(new)
     }
 
     async fn backdate(
@@ -106,12 +78,6 @@ impl DaoHarness for PgHarness {
         Ok(())
     }
 
-    async fn execute_sql(&self, dialect: &PgDialect, sql: &str) -> Result<()> {
-        let sql = dialect.tables().render(sql);
-        sqlx::raw_sql(AssertSqlSafe(sql)).execute(dialect.pool()).await.map_err(sql_error("executing"))?;
-        Ok(())
-    }
-
     async fn overwrite_headers(
         &self,
         dialect: &PgDialect,
@@ -128,28 +94,13 @@ impl DaoHarness for PgHarness {
             .map_err(sql_error("overwriting headers"))?;
         Ok(())
     }
-
-    async fn dispose(&self, dialect: PgDialect) -> Result<()> {
-        let dropped = self.drop_tables(&dialect).await;
-        dialect.pool().close().await;
-        dropped
-    }
-
-    async fn another_instance(&self, dialect: &PgDialect) -> Result<Option<PgDialect>> {
-        Ok(Some(self.dialect(dialect.tables().prefix(), INSTANCE_POOL_SIZE).await?))
-    }
-
-    async fn close_instance(&self, instance: PgDialect) -> Result<()> {
-        instance.pool().close().await;
-        Ok(())
-    }
 }
 
 fn main() -> ExitCode {
     let Ok(url) = std::env::var("ONCEBOX_PG_URL") else {
         return server_missing("postgres conformance", "ONCEBOX_PG_URL");
     };
-    let harness = Arc::new(PgHarness { url });
+    let harness = Arc::new(SqlxHarness(PgBackend { url }));
     Suite::new()
         .add("dao", harness.clone(), dao_suite::cases())
         .add("engine", harness.clone(), engine_suite::cases())

@@ -9,26 +9,27 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use oncebox_core::{
-    Dialect, Error, InboxWriter, NewOutboxEvent, OutboxWriter, Result, SchemaPlan, TableNames,
-};
+use oncebox_core::{Dialect, Error, Result, TableNames};
 use oncebox_sqlite::SqliteDialect;
 use oncebox_testkit::runner::Suite;
-use oncebox_testkit::sqlx_harness::{begin, end, sql_error};
-use oncebox_testkit::{AgedTable, DaoHarness, dao_suite, engine_suite};
-use sqlx::AssertSqlSafe;
+use oncebox_testkit::sqlx_harness::{SqlxBackend, SqlxHarness, sql_error};
+use oncebox_testkit::{AgedTable, dao_suite, engine_suite, random_prefix};
+use sqlx::{AssertSqlSafe, Sqlite, SqlitePool};
 use uuid::Uuid;
 
 #[path = "conformance/sqlite_cases.rs"]
 mod sqlite_cases;
 
 /// Fresh SQLite databases, one file per test.
-pub struct SqliteHarness {
+pub struct SqliteBackend {
     directory: PathBuf,
     created: AtomicUsize,
 }
 
-impl SqliteHarness {
+/// The SQLite harness of the suites.
+pub type SqliteHarness = SqlxHarness<SqliteBackend>;
+
+impl SqliteBackend {
     fn new() -> Self {
         Self { directory: std::env::temp_dir().join("oncebox-sqlite-tests"), created: AtomicUsize::new(0) }
     }
@@ -40,41 +41,30 @@ fn database_file(dialect: &SqliteDialect) -> PathBuf {
 }
 
 #[async_trait]
-impl DaoHarness for SqliteHarness {
+impl SqlxBackend for SqliteBackend {
+    type Db = Sqlite;
     type Dialect = SqliteDialect;
 
-    async fn fresh(&self) -> Result<SqliteDialect> {
+    fn pool(dialect: &SqliteDialect) -> &SqlitePool {
+        dialect.pool()
+    }
+
+    fn tables(dialect: &SqliteDialect) -> &TableNames {
+        dialect.tables()
+    }
+
+    /// Every other test keeps the default table names.
+    fn prefix(&self) -> String {
+        if self.created.fetch_add(1, Ordering::Relaxed) % 2 == 1 { random_prefix() } else { String::new() }
+    }
+
+    /// A new database file: SQLite has no server whose database tests could share.
+    async fn connect(&self, prefix: &str, _pool_size: u32) -> Result<SqliteDialect> {
         std::fs::create_dir_all(&self.directory)
             .map_err(|error| Error::invalid_input("creating the test directory").with_source(error))?;
         let path = self.directory.join(format!("{}.db", Uuid::now_v7()));
         let dialect = SqliteDialect::connect(&path.to_string_lossy()).await?;
-        let dialect = if self.created.fetch_add(1, Ordering::Relaxed) % 2 == 1 {
-            let prefix = format!("t{}_", &Uuid::new_v4().simple().to_string()[..8]);
-            dialect.with_tables(&TableNames::with_prefix(&prefix)?)
-        } else {
-            dialect
-        };
-        dialect.create_schema(SchemaPlan { outbox: true, dlq: true, inbox: true, jobs: true }).await?;
-        Ok(dialect)
-    }
-
-    async fn publish(&self, dialect: &SqliteDialect, events: &[NewOutboxEvent], commit: bool) -> Result<()> {
-        let mut tx = begin(dialect.pool()).await?;
-        dialect.writer().write(&mut tx, events).await?;
-        end(tx, commit).await
-    }
-
-    async fn record_in_transaction(
-        &self,
-        dialect: &SqliteDialect,
-        consumer: &str,
-        ids: &[Uuid],
-        commit: bool,
-    ) -> Result<Vec<Uuid>> {
-        let mut tx = begin(dialect.pool()).await?;
-        let new = dialect.writer().record_many(&mut tx, consumer, ids).await?;
-        end(tx, commit).await?;
-        Ok(new)
+        Ok(dialect.with_tables(&TableNames::with_prefix(prefix)?))
     }
 
     async fn backdate(
@@ -102,12 +92,6 @@ impl DaoHarness for SqliteHarness {
         Ok(())
     }
 
-    async fn execute_sql(&self, dialect: &SqliteDialect, sql: &str) -> Result<()> {
-        let sql = dialect.tables().render(sql);
-        sqlx::raw_sql(AssertSqlSafe(sql)).execute(dialect.pool()).await.map_err(sql_error("executing"))?;
-        Ok(())
-    }
-
     async fn overwrite_headers(
         &self,
         dialect: &SqliteDialect,
@@ -131,11 +115,6 @@ impl DaoHarness for SqliteHarness {
         Ok(Some(other.with_tables(dialect.tables())))
     }
 
-    async fn close_instance(&self, instance: SqliteDialect) -> Result<()> {
-        instance.pool().close().await;
-        Ok(())
-    }
-
     async fn dispose(&self, dialect: SqliteDialect) -> Result<()> {
         let file = database_file(&dialect);
         dialect.pool().close().await;
@@ -154,7 +133,7 @@ impl DaoHarness for SqliteHarness {
 }
 
 fn main() -> ExitCode {
-    let harness = Arc::new(SqliteHarness::new());
+    let harness = Arc::new(SqlxHarness(SqliteBackend::new()));
     Suite::new()
         .add("dao", harness.clone(), dao_suite::cases())
         .add("engine", harness.clone(), engine_suite::cases())

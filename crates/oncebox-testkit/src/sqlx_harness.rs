@@ -1,8 +1,20 @@
-//! What every [`DaoHarness`](crate::DaoHarness) of a sqlx dialect does alike: the caller's
-//! transaction around a write, and dropping a test's tables.
+//! What every [`DaoHarness`] of a sqlx dialect does alike, written once: [`SqlxHarness`] runs a
+//! write in the caller's transaction, raw SQL on a test's tables and the clean-up, and asks its
+//! [`SqlxBackend`] only for what differs between databases (connecting, interval arithmetic, how an
+//! id is bound).
 
-use oncebox_core::{Error, Result, TableNames};
-use sqlx::{AssertSqlSafe, Database, Executor, Pool, Transaction};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use oncebox_core::{
+    Dialect, Error, InboxWriter, NewOutboxEvent, OutboxWriter, Result, SchemaPlan, TableNames,
+};
+use oncebox_sqlx::SqlxDatabase;
+use sqlx::{AssertSqlSafe, Database, Pool, Transaction};
+use uuid::Uuid;
+
+use crate::harness::{AgedTable, DaoHarness};
+use crate::random_prefix;
 
 /// A sqlx error while `context`, as the harness reports it.
 pub fn sql_error(context: &str) -> impl FnOnce(sqlx::Error) -> Error + '_ {
@@ -25,10 +37,7 @@ pub async fn end<DB: Database>(tx: Transaction<'_, DB>, commit: bool) -> Result<
 }
 
 /// Drops the four tables of `tables` on `pool`, where they exist.
-pub async fn drop_tables<DB: Database>(pool: &Pool<DB>, tables: &TableNames) -> Result<()>
-where
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-{
+pub async fn drop_tables<DB: SqlxDatabase>(pool: &Pool<DB>, tables: &TableNames) -> Result<()> {
     let sql = format!(
         "DROP TABLE IF EXISTS {}, {}, {}, {}",
         tables.events(),
@@ -36,6 +45,153 @@ where
         tables.consumed(),
         tables.jobs()
     );
-    sqlx::raw_sql(AssertSqlSafe(sql)).execute(pool).await.map_err(sql_error("dropping"))?;
+    sqlx::raw_sql(AssertSqlSafe(sql)).execute(DB::pooled(pool)).await.map_err(sql_error("dropping"))?;
     Ok(())
+}
+
+/// What a sqlx database's harness must say for itself; [`SqlxHarness`] does the rest.
+///
+/// A server backend implements [`connect`](Self::connect), and the defaults give every test a
+/// random table prefix, further instances on pools of their own and dropped tables at the end.
+#[async_trait]
+pub trait SqlxBackend: Send + Sync + 'static {
+    /// The database.
+    type Db: SqlxDatabase;
+    /// The dialect under test.
+    type Dialect: Dialect + Clone;
+
+    /// The dialect's pool.
+    fn pool(dialect: &Self::Dialect) -> &Pool<Self::Db>;
+
+    /// The dialect's table names.
+    fn tables(dialect: &Self::Dialect) -> &TableNames;
+
+    /// A dialect on a new pool of `pool_size` connections, using `prefix`, with no tables created.
+    async fn connect(&self, prefix: &str, pool_size: u32) -> Result<Self::Dialect>;
+
+    /// See [`DaoHarness::backdate`].
+    async fn backdate(
+        &self,
+        dialect: &Self::Dialect,
+        table: AgedTable,
+        ids: &[Uuid],
+        by: Duration,
+    ) -> Result<()>;
+
+    /// See [`DaoHarness::overwrite_headers`].
+    async fn overwrite_headers(
+        &self,
+        dialect: &Self::Dialect,
+        table: AgedTable,
+        id: Uuid,
+        text: &str,
+    ) -> Result<()>;
+
+    /// The table prefix of the next fresh dialect; by default a [random one](random_prefix).
+    fn prefix(&self) -> String {
+        random_prefix()
+    }
+
+    /// See [`DaoHarness::fresh`]. The default connects with the next [prefix](Self::prefix) and
+    /// creates every table.
+    async fn fresh(&self) -> Result<Self::Dialect> {
+        let dialect = self.connect(&self.prefix(), POOL_SIZE).await?;
+        dialect.create_schema(SchemaPlan { outbox: true, dlq: true, inbox: true, jobs: true }).await?;
+        Ok(dialect)
+    }
+
+    /// See [`DaoHarness::another_instance`]. The default connects again with the same prefix.
+    async fn another_instance(&self, dialect: &Self::Dialect) -> Result<Option<Self::Dialect>> {
+        Ok(Some(self.connect(Self::tables(dialect).prefix(), INSTANCE_POOL_SIZE).await?))
+    }
+
+    /// See [`DaoHarness::dispose`]. The default drops the tables and closes the pool.
+    async fn dispose(&self, dialect: Self::Dialect) -> Result<()> {
+        let dropped = drop_tables(Self::pool(&dialect), Self::tables(&dialect)).await;
+        Self::pool(&dialect).close().await;
+        dropped
+    }
+}
+
+/// Connections per test dialect: enough for the concurrent cases, few enough that two tests at a
+/// time stay far below a server's connection limit.
+pub const POOL_SIZE: u32 = 8;
+
+/// Connections of each further instance over a test's tables: the cases run up to four instances
+/// beside the test's own pool.
+pub const INSTANCE_POOL_SIZE: u32 = 4;
+
+/// The [`DaoHarness`] of a sqlx dialect, over its [`SqlxBackend`].
+pub struct SqlxHarness<B>(pub B);
+
+#[async_trait]
+impl<B: SqlxBackend> DaoHarness for SqlxHarness<B>
+where
+    for<'t, 'c> <B::Dialect as Dialect>::Writer:
+        OutboxWriter<&'t mut Transaction<'c, B::Db>> + InboxWriter<Transaction<'c, B::Db>>,
+{
+    type Dialect = B::Dialect;
+
+    async fn fresh(&self) -> Result<B::Dialect> {
+        self.0.fresh().await
+    }
+
+    async fn publish(&self, dialect: &B::Dialect, events: &[NewOutboxEvent], commit: bool) -> Result<()> {
+        let mut tx = begin(B::pool(dialect)).await?;
+        dialect.writer().write(&mut tx, events).await?;
+        end(tx, commit).await
+    }
+
+    async fn record_in_transaction(
+        &self,
+        dialect: &B::Dialect,
+        consumer: &str,
+        ids: &[Uuid],
+        commit: bool,
+    ) -> Result<Vec<Uuid>> {
+        let mut tx = begin(B::pool(dialect)).await?;
+        let new = dialect.writer().record_many(&mut tx, consumer, ids).await?;
+        end(tx, commit).await?;
+        Ok(new)
+    }
+
+    async fn backdate(
+        &self,
+        dialect: &B::Dialect,
+        table: AgedTable,
+        ids: &[Uuid],
+        by: Duration,
+    ) -> Result<()> {
+        self.0.backdate(dialect, table, ids, by).await
+    }
+
+    async fn overwrite_headers(
+        &self,
+        dialect: &B::Dialect,
+        table: AgedTable,
+        id: Uuid,
+        text: &str,
+    ) -> Result<()> {
+        self.0.overwrite_headers(dialect, table, id, text).await
+    }
+
+    async fn execute_sql(&self, dialect: &B::Dialect, sql: &str) -> Result<()> {
+        let sql = B::tables(dialect).render(sql);
+        let pool = B::Db::pooled(B::pool(dialect));
+        sqlx::raw_sql(AssertSqlSafe(sql)).execute(pool).await.map_err(sql_error("executing"))?;
+        Ok(())
+    }
+
+    async fn dispose(&self, dialect: B::Dialect) -> Result<()> {
+        self.0.dispose(dialect).await
+    }
+
+    async fn another_instance(&self, dialect: &B::Dialect) -> Result<Option<B::Dialect>> {
+        self.0.another_instance(dialect).await
+    }
+
+    async fn close_instance(&self, instance: B::Dialect) -> Result<()> {
+        B::pool(&instance).close().await;
+        Ok(())
+    }
 }

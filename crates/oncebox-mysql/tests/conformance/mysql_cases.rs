@@ -133,10 +133,10 @@ async fn claim_gap_locks_only_at_repeatable_read(harness: Arc<MySqlHarness>) -> 
         harness.publish(&dialect, &new_events(ORDERS, 3), true).await.map_err(fail)?;
         // At REPEATABLE READ the locking read locks the gap after the last due row, exactly where
         // a new event goes: the business transaction waits for the claim (and times out here).
-        let passed = insert_passes_open_claim(&dialect, harness.url(), "REPEATABLE READ").await?;
+        let passed = insert_passes_open_claim(&dialect, harness.0.url(), "REPEATABLE READ").await?;
         assert!(!passed, "at REPEATABLE READ the insert waits for the claim's gap lock");
         // At READ COMMITTED, the level of every library session, it goes straight through.
-        let passed = insert_passes_open_claim(&dialect, harness.url(), "READ COMMITTED").await?;
+        let passed = insert_passes_open_claim(&dialect, harness.0.url(), "READ COMMITTED").await?;
         assert!(passed, "at READ COMMITTED the insert does not wait for the claim");
         Ok(())
     })
@@ -265,7 +265,7 @@ async fn oversized_value_fails(harness: Arc<MySqlHarness>) -> TestResult {
 // ---- the mysql_async writer -------------------------------------------------------------------
 
 async fn mysql_async_pool(harness: &MySqlHarness) -> Result<mysql_async::Pool, Failed> {
-    let options = mysql_async::Opts::from_url(harness.url()).map_err(fail)?;
+    let options = mysql_async::Opts::from_url(harness.0.url()).map_err(fail)?;
     Ok(mysql_async::Pool::new(options))
 }
 

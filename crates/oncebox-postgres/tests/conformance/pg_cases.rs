@@ -24,6 +24,7 @@ use uuid::Uuid;
 
 use super::PgHarness;
 use oncebox_testkit::random_prefix;
+use oncebox_testkit::sqlx_harness::{SqlxBackend, drop_tables};
 
 /// Every PostgreSQL-only case.
 pub fn cases() -> Vec<Case<PgHarness>> {
@@ -309,7 +310,7 @@ async fn concurrent_create_schema(harness: Arc<PgHarness>) -> TestResult {
     let prefix = random_prefix();
     let mut dialects = Vec::new();
     for _ in 0..4 {
-        dialects.push(harness.dialect(&prefix, 2).await.map_err(fail)?);
+        dialects.push(harness.0.connect(&prefix, 2).await.map_err(fail)?);
     }
     let first = dialects[0].clone();
     let outcome = AssertUnwindSafe(async {
@@ -346,7 +347,7 @@ async fn concurrent_create_schema(harness: Arc<PgHarness>) -> TestResult {
     })
     .catch_unwind()
     .await;
-    let dropped = harness.drop_tables(&first).await;
+    let dropped = drop_tables(first.pool(), first.tables()).await;
     for dialect in dialects {
         dialect.pool().close().await;
     }
@@ -406,7 +407,7 @@ async fn lock_timeout_is_temporary(harness: Arc<PgHarness>) -> TestResult {
             lock.try_lock("job", Uuid::now_v7(), Duration::ZERO, Duration::ZERO).await.map_err(fail)?;
         assert!(taken.is_some());
         // Another instance whose sessions give up waiting for a row lock after 50 ms.
-        let options = connect_options(harness.url()).map_err(fail)?.options([("lock_timeout", "50ms")]);
+        let options = connect_options(harness.0.url()).map_err(fail)?.options([("lock_timeout", "50ms")]);
         let pool = PgPoolOptions::new().max_connections(1).connect_with(options).await.map_err(fail)?;
         let impatient = PgDialect::new(pool).with_tables(dialect.tables());
         let mut holder = dialect.pool().begin().await.map_err(fail)?;
@@ -432,7 +433,7 @@ async fn lock_timeout_is_temporary(harness: Arc<PgHarness>) -> TestResult {
 /// of the outbox (an ACCESS EXCLUSIVE lock would, and every publisher would queue behind it).
 async fn create_schema_on_existing_tables_does_not_wait_for_readers(harness: Arc<PgHarness>) -> TestResult {
     with_fresh(harness, |harness, dialect| async move {
-        let options = connect_options(harness.url()).map_err(fail)?.options([("lock_timeout", "200ms")]);
+        let options = connect_options(harness.0.url()).map_err(fail)?.options([("lock_timeout", "200ms")]);
         let pool = PgPoolOptions::new().max_connections(1).connect_with(options).await.map_err(fail)?;
         let restarting = PgDialect::new(pool).with_tables(dialect.tables());
         let mut reader = dialect.pool().begin().await.map_err(fail)?;
@@ -579,7 +580,7 @@ async fn next_hint(source: &mut oncebox_postgres::PgWakeSource) -> Result<Option
 /// A tokio-postgres client on its own connection task.
 async fn tokio_postgres_client(harness: &PgHarness) -> Result<tokio_postgres::Client, Failed> {
     let (client, connection) =
-        tokio_postgres::connect(harness.url(), tokio_postgres::NoTls).await.map_err(fail)?;
+        tokio_postgres::connect(harness.0.url(), tokio_postgres::NoTls).await.map_err(fail)?;
     tokio::spawn(async move {
         // The connection ends when the client is dropped; an error then has no one to report to.
         let _ = connection.await;
