@@ -4,16 +4,14 @@
 
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
-use oncebox_core::{Dialect, Error, Result, TableNames};
-use oncebox_mysql::{MySqlDialect, connect_options, pool_options};
+use oncebox_core::{Dialect, Result, TableNames};
+use oncebox_mysql::{MySqlDialect, MySqlQueries, connect_options, pool_options};
+use oncebox_sqlx::{SqlxStore, Statement};
 use oncebox_testkit::runner::{Suite, server_missing};
 use oncebox_testkit::sqlx_harness::{SqlxBackend, SqlxHarness, sql_error};
-use oncebox_testkit::{AgedTable, dao_suite, engine_suite};
-use sqlx::{AssertSqlSafe, MySql, MySqlPool};
-use uuid::Uuid;
+use oncebox_testkit::{dao_suite, engine_suite};
 
 #[path = "conformance/mysql_cases.rs"]
 mod mysql_cases;
@@ -35,15 +33,23 @@ impl MySqlBackend {
 
 #[async_trait]
 impl SqlxBackend for MySqlBackend {
-    type Db = MySql;
+    type Queries = MySqlQueries;
     type Dialect = MySqlDialect;
 
-    fn pool(dialect: &MySqlDialect) -> &MySqlPool {
-        dialect.pool()
+    const ID_IN_LIST: &'static str = "id IN (?2)";
+    const SET_HEADERS: &'static str = "headers = ?1 WHERE id = ?2";
+
+    fn store(dialect: &MySqlDialect) -> &SqlxStore<MySqlQueries> {
+        dialect.store()
     }
 
-    fn tables(dialect: &MySqlDialect) -> &TableNames {
-        dialect.tables()
+    fn statement(sql: String) -> Statement {
+        Statement::positional(&sql)
+    }
+
+    fn earlier(column: &str) -> String {
+        // NULL stays NULL: NULL minus an interval is NULL.
+        format!("{column} = {column} - INTERVAL ?1 MICROSECOND")
     }
 
     /// A pool made by the library's pool options.
@@ -54,55 +60,6 @@ impl SqlxBackend for MySqlBackend {
             .await
             .map_err(sql_error("connecting"))?;
         Ok(MySqlDialect::new(pool).with_tables(&TableNames::with_prefix(prefix)?))
-    }
-
-    async fn backdate(
-        &self,
-        dialect: &MySqlDialect,
-        table: AgedTable,
-        ids: &[Uuid],
-        by: Duration,
-    ) -> Result<()> {
-        // NULL stays NULL: NULL minus an interval is NULL.
-        let filter = if table.keyed_by_id() && !ids.is_empty() {
-            format!("id IN ({})", vec!["?"; ids.len()].join(", "))
-        } else {
-            "TRUE".to_owned()
-        };
-        let sql = table.backdate_statement(
-            dialect.tables(),
-            |column| format!("{column} = {column} - INTERVAL ? MICROSECOND"),
-            &filter,
-        );
-        let micros = i64::try_from(by.as_micros()).map_err(|_| Error::invalid_input("backdate too far"))?;
-        let mut query = sqlx::query(AssertSqlSafe(sql));
-        for _ in table.timestamps() {
-            query = query.bind(micros);
-        }
-        if table.keyed_by_id() {
-            for id in ids {
-                query = query.bind(*id);
-            }
-        }
-        query.execute(dialect.pool()).await.map_err(sql_error("backdating"))?;
-        Ok(())
-    }
-
-    async fn overwrite_headers(
-        &self,
-        dialect: &MySqlDialect,
-        table: AgedTable,
-        id: Uuid,
-        text: &str,
-    ) -> Result<()> {
-        let sql = format!("UPDATE {} SET headers = ? WHERE id = ?", table.name(dialect.tables()));
-        sqlx::query(AssertSqlSafe(sql))
-            .bind(text.to_owned())
-            .bind(id)
-            .execute(dialect.pool())
-            .await
-            .map_err(sql_error("overwriting headers"))?;
-        Ok(())
     }
 }
 

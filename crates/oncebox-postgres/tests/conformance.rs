@@ -4,18 +4,15 @@
 
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
-use oncebox_core::{Dialect, Error, Result, TableNames};
-use oncebox_postgres::{PgDialect, connect_options};
+use oncebox_core::{Dialect, Result, TableNames};
+use oncebox_postgres::{PgDialect, PgQueries, connect_options};
+use oncebox_sqlx::{SqlxStore, Statement};
 use oncebox_testkit::runner::{Suite, server_missing};
 use oncebox_testkit::sqlx_harness::{SqlxBackend, SqlxHarness, sql_error};
-use oncebox_testkit::{AgedTable, dao_suite, engine_suite};
-use sqlx::AssertSqlSafe;
+use oncebox_testkit::{dao_suite, engine_suite};
 use sqlx::postgres::PgPoolOptions;
-use sqlx::{PgPool, Postgres};
-use uuid::Uuid;
 
 #[path = "conformance/pg_cases.rs"]
 mod pg_cases;
@@ -37,15 +34,23 @@ impl PgBackend {
 
 #[async_trait]
 impl SqlxBackend for PgBackend {
-    type Db = Postgres;
+    type Queries = PgQueries;
     type Dialect = PgDialect;
 
-    fn pool(dialect: &PgDialect) -> &PgPool {
-        dialect.pool()
+    const ID_IN_LIST: &'static str = "id = ANY($2)";
+    const SET_HEADERS: &'static str = "headers = $1::jsonb WHERE id = $2";
+
+    fn store(dialect: &PgDialect) -> &SqlxStore<PgQueries> {
+        dialect.store()
     }
 
-    fn tables(dialect: &PgDialect) -> &TableNames {
-        dialect.tables()
+    fn statement(sql: String) -> Statement {
+        Statement::numbered(sql)
+    }
+
+    fn earlier(column: &str) -> String {
+        // NULL stays NULL: NULL minus an interval is NULL.
+        format!("{column} = {column} - $1 * INTERVAL '1 microsecond'")
     }
 
     async fn connect(&self, prefix: &str, pool_size: u32) -> Result<PgDialect> {
@@ -55,44 +60,6 @@ impl SqlxBackend for PgBackend {
             .await
             .map_err(sql_error("connecting"))?;
         Ok(PgDialect::new(pool).with_tables(&TableNames::with_prefix(prefix)?))
-    }
-
-    async fn backdate(
-        &self,
-        dialect: &PgDialect,
-        table: AgedTable,
-        ids: &[Uuid],
-        by: Duration,
-    ) -> Result<()> {
-        // NULL stays NULL: NULL minus an interval is NULL.
-        let filter = if table.keyed_by_id() { "cardinality($2) = 0 OR id = ANY($2)" } else { "TRUE" };
-        let sql = table.backdate_statement(
-            dialect.tables(),
-            |column| format!("{column} = {column} - $1 * INTERVAL '1 microsecond'"),
-            filter,
-        );
-        let micros = i64::try_from(by.as_micros()).map_err(|_| Error::invalid_input("backdate too far"))?;
-        let query = sqlx::query(AssertSqlSafe(sql)).bind(micros);
-        let query = if table.keyed_by_id() { query.bind(ids) } else { query };
-        query.execute(dialect.pool()).await.map_err(sql_error("backdating"))?;
-        Ok(())
-    }
-
-    async fn overwrite_headers(
-        &self,
-        dialect: &PgDialect,
-        table: AgedTable,
-        id: Uuid,
-        text: &str,
-    ) -> Result<()> {
-        let sql = format!("UPDATE {} SET headers = $1::jsonb WHERE id = $2", table.name(dialect.tables()));
-        sqlx::query(AssertSqlSafe(sql))
-            .bind(text.to_owned())
-            .bind(id)
-            .execute(dialect.pool())
-            .await
-            .map_err(sql_error("overwriting headers"))?;
-        Ok(())
     }
 }
 

@@ -6,15 +6,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use async_trait::async_trait;
 use oncebox_core::{Dialect, Error, Result, TableNames};
-use oncebox_sqlite::SqliteDialect;
+use oncebox_sqlite::{SqliteDialect, SqliteQueries};
+use oncebox_sqlx::{SqlxStore, Statement};
 use oncebox_testkit::runner::Suite;
-use oncebox_testkit::sqlx_harness::{SqlxBackend, SqlxHarness, sql_error};
-use oncebox_testkit::{AgedTable, dao_suite, engine_suite, random_prefix};
-use sqlx::{AssertSqlSafe, Sqlite, SqlitePool};
+use oncebox_testkit::sqlx_harness::{SqlxBackend, SqlxHarness};
+use oncebox_testkit::{dao_suite, engine_suite, random_prefix};
 use uuid::Uuid;
 
 #[path = "conformance/sqlite_cases.rs"]
@@ -42,71 +41,28 @@ fn database_file(dialect: &SqliteDialect) -> PathBuf {
 
 #[async_trait]
 impl SqlxBackend for SqliteBackend {
-    type Db = Sqlite;
+    type Queries = SqliteQueries;
     type Dialect = SqliteDialect;
 
-    fn pool(dialect: &SqliteDialect) -> &SqlitePool {
-        dialect.pool()
+    const ID_IN_LIST: &'static str = "id IN (SELECT value FROM json_each(?2))";
+    const SET_HEADERS: &'static str = "headers = ?1 WHERE id = ?2";
+
+    fn store(dialect: &SqliteDialect) -> &SqlxStore<SqliteQueries> {
+        dialect.store()
     }
 
-    fn tables(dialect: &SqliteDialect) -> &TableNames {
-        dialect.tables()
+    fn statement(sql: String) -> Statement {
+        Statement::numbered(sql)
+    }
+
+    fn earlier(column: &str) -> String {
+        // NULL stays NULL: strftime of NULL is NULL.
+        format!("{column} = strftime('%Y-%m-%dT%H:%M:%fZ', {column}, ?1)")
     }
 
     /// Every other test keeps the default table names.
     fn prefix(&self) -> String {
         if self.created.fetch_add(1, Ordering::Relaxed) % 2 == 1 { random_prefix() } else { String::new() }
-    }
-
-    /// A new database file: SQLite has no server whose database tests could share.
-    async fn connect(&self, prefix: &str, _pool_size: u32) -> Result<SqliteDialect> {
-        std::fs::create_dir_all(&self.directory)
-            .map_err(|error| Error::invalid_input("creating the test directory").with_source(error))?;
-        let path = self.directory.join(format!("{}.db", Uuid::now_v7()));
-        let dialect = SqliteDialect::connect(&path.to_string_lossy()).await?;
-        Ok(dialect.with_tables(&TableNames::with_prefix(prefix)?))
-    }
-
-    async fn backdate(
-        &self,
-        dialect: &SqliteDialect,
-        table: AgedTable,
-        ids: &[Uuid],
-        by: Duration,
-    ) -> Result<()> {
-        // Job locks have no id column; they are always backdated whole, with an empty id list.
-        let key = if table.keyed_by_id() { "id" } else { "name" };
-        // NULL stays NULL: strftime of NULL is NULL.
-        let sql = table.backdate_statement(
-            dialect.tables(),
-            |column| format!("{column} = strftime('%Y-%m-%dT%H:%M:%fZ', {column}, ?1)"),
-            &format!("?2 = '[]' OR {key} IN (SELECT value FROM json_each(?2))"),
-        );
-        let ids = if !table.keyed_by_id() { "[]".to_owned() } else { serde_json::to_string(ids)? };
-        sqlx::query(AssertSqlSafe(sql))
-            .bind(format!("-{}.{:03} seconds", by.as_secs(), by.subsec_millis()))
-            .bind(ids)
-            .execute(dialect.pool())
-            .await
-            .map_err(sql_error("backdating"))?;
-        Ok(())
-    }
-
-    async fn overwrite_headers(
-        &self,
-        dialect: &SqliteDialect,
-        table: AgedTable,
-        id: Uuid,
-        text: &str,
-    ) -> Result<()> {
-        let sql = format!("UPDATE {} SET headers = ?1 WHERE id = ?2", table.name(dialect.tables()));
-        sqlx::query(AssertSqlSafe(sql))
-            .bind(text.to_owned())
-            .bind(id.hyphenated().to_string())
-            .execute(dialect.pool())
-            .await
-            .map_err(sql_error("overwriting headers"))?;
-        Ok(())
     }
 
     /// A second pool on the same file and tables: what a second process on one host would open.
@@ -129,6 +85,15 @@ impl SqlxBackend for SqliteBackend {
             }
         }
         Ok(())
+    }
+
+    /// A new database file: SQLite has no server whose database tests could share.
+    async fn connect(&self, prefix: &str, _pool_size: u32) -> Result<SqliteDialect> {
+        std::fs::create_dir_all(&self.directory)
+            .map_err(|error| Error::invalid_input("creating the test directory").with_source(error))?;
+        let path = self.directory.join(format!("{}.db", Uuid::now_v7()));
+        let dialect = SqliteDialect::connect(&path.to_string_lossy()).await?;
+        Ok(dialect.with_tables(&TableNames::with_prefix(prefix)?))
     }
 }
 

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use oncebox_core::{
     Dialect, Error, InboxWriter, NewOutboxEvent, OutboxWriter, Result, SchemaPlan, TableNames,
 };
-use oncebox_sqlx::SqlxDatabase;
+use oncebox_sqlx::{Param, Queries, SqlxDatabase, SqlxStore, Statement};
 use sqlx::{AssertSqlSafe, Database, Pool, Transaction};
 use uuid::Uuid;
 
@@ -49,43 +49,37 @@ pub async fn drop_tables<DB: SqlxDatabase>(pool: &Pool<DB>, tables: &TableNames)
     Ok(())
 }
 
-/// What a sqlx database's harness must say for itself; [`SqlxHarness`] does the rest.
+/// What a sqlx database's harness must say for itself; [`SqlxHarness`] does the rest, binding
+/// values the dialect's way ([`Queries::bind`]).
 ///
 /// A server backend implements [`connect`](Self::connect), and the defaults give every test a
 /// random table prefix, further instances on pools of their own and dropped tables at the end.
 #[async_trait]
 pub trait SqlxBackend: Send + Sync + 'static {
-    /// The database.
-    type Db: SqlxDatabase;
+    /// The dialect's SQL.
+    type Queries: Queries;
     /// The dialect under test.
     type Dialect: Dialect + Clone;
 
-    /// The dialect's pool.
-    fn pool(dialect: &Self::Dialect) -> &Pool<Self::Db>;
+    /// The condition that a row's `id` is in the list bound as value 2 (a [`Param::Ids`]).
+    const ID_IN_LIST: &'static str;
 
-    /// The dialect's table names.
-    fn tables(dialect: &Self::Dialect) -> &TableNames;
+    /// The `SET … WHERE …` that writes the headers text bound as value 1 to the row whose id is
+    /// value 2.
+    const SET_HEADERS: &'static str;
+
+    /// The dialect's pool and statements.
+    fn store(dialect: &Self::Dialect) -> &SqlxStore<Self::Queries>;
+
+    /// A statement of this database from its text, numbered the way the dialect's files are.
+    fn statement(sql: String) -> Statement;
+
+    /// The assignment that moves `column` back by the span bound as value 1 (a
+    /// [`Param::Before`]); NULL stays NULL.
+    fn earlier(column: &str) -> String;
 
     /// A dialect on a new pool of `pool_size` connections, using `prefix`, with no tables created.
     async fn connect(&self, prefix: &str, pool_size: u32) -> Result<Self::Dialect>;
-
-    /// See [`DaoHarness::backdate`].
-    async fn backdate(
-        &self,
-        dialect: &Self::Dialect,
-        table: AgedTable,
-        ids: &[Uuid],
-        by: Duration,
-    ) -> Result<()>;
-
-    /// See [`DaoHarness::overwrite_headers`].
-    async fn overwrite_headers(
-        &self,
-        dialect: &Self::Dialect,
-        table: AgedTable,
-        id: Uuid,
-        text: &str,
-    ) -> Result<()>;
 
     /// The table prefix of the next fresh dialect; by default a [random one](random_prefix).
     fn prefix(&self) -> String {
@@ -102,16 +96,20 @@ pub trait SqlxBackend: Send + Sync + 'static {
 
     /// See [`DaoHarness::another_instance`]. The default connects again with the same prefix.
     async fn another_instance(&self, dialect: &Self::Dialect) -> Result<Option<Self::Dialect>> {
-        Ok(Some(self.connect(Self::tables(dialect).prefix(), INSTANCE_POOL_SIZE).await?))
+        Ok(Some(self.connect(Self::store(dialect).tables().prefix(), INSTANCE_POOL_SIZE).await?))
     }
 
     /// See [`DaoHarness::dispose`]. The default drops the tables and closes the pool.
     async fn dispose(&self, dialect: Self::Dialect) -> Result<()> {
-        let dropped = drop_tables(Self::pool(&dialect), Self::tables(&dialect)).await;
-        Self::pool(&dialect).close().await;
+        let store = Self::store(&dialect);
+        let dropped = drop_tables(store.pool(), store.tables()).await;
+        store.pool().close().await;
         dropped
     }
 }
+
+/// The database of backend `B`.
+type Db<B> = <<B as SqlxBackend>::Queries as Queries>::Db;
 
 /// Connections per test dialect: enough for the concurrent cases, few enough that two tests at a
 /// time stay far below a server's connection limit.
@@ -124,11 +122,27 @@ pub const INSTANCE_POOL_SIZE: u32 = 4;
 /// The [`DaoHarness`] of a sqlx dialect, over its [`SqlxBackend`].
 pub struct SqlxHarness<B>(pub B);
 
+impl<B: SqlxBackend> SqlxHarness<B> {
+    /// Runs `sql`, rendered for `dialect`'s tables, with `params` bound the dialect's way.
+    async fn run(
+        &self,
+        dialect: &B::Dialect,
+        sql: String,
+        params: &[Param<'_>],
+        context: &str,
+    ) -> Result<()> {
+        let store = B::store(dialect);
+        let pool = Db::<B>::pooled(store.pool());
+        store.queries().execute(pool, &B::statement(sql), params, context).await?;
+        Ok(())
+    }
+}
+
 #[async_trait]
 impl<B: SqlxBackend> DaoHarness for SqlxHarness<B>
 where
     for<'t, 'c> <B::Dialect as Dialect>::Writer:
-        OutboxWriter<&'t mut Transaction<'c, B::Db>> + InboxWriter<Transaction<'c, B::Db>>,
+        OutboxWriter<&'t mut Transaction<'c, Db<B>>> + InboxWriter<Transaction<'c, Db<B>>>,
 {
     type Dialect = B::Dialect;
 
@@ -137,7 +151,7 @@ where
     }
 
     async fn publish(&self, dialect: &B::Dialect, events: &[NewOutboxEvent], commit: bool) -> Result<()> {
-        let mut tx = begin(B::pool(dialect)).await?;
+        let mut tx = begin(B::store(dialect).pool()).await?;
         dialect.writer().write(&mut tx, events).await?;
         end(tx, commit).await
     }
@@ -149,7 +163,7 @@ where
         ids: &[Uuid],
         commit: bool,
     ) -> Result<Vec<Uuid>> {
-        let mut tx = begin(B::pool(dialect)).await?;
+        let mut tx = begin(B::store(dialect).pool()).await?;
         let new = dialect.writer().record_many(&mut tx, consumer, ids).await?;
         end(tx, commit).await?;
         Ok(new)
@@ -162,7 +176,16 @@ where
         ids: &[Uuid],
         by: Duration,
     ) -> Result<()> {
-        self.0.backdate(dialect, table, ids, by).await
+        let mut params = vec![Param::Before(by)];
+        // Job locks have no id column; they are always backdated whole.
+        let filter = if table.keyed_by_id() && !ids.is_empty() {
+            params.push(Param::Ids(ids));
+            B::ID_IN_LIST
+        } else {
+            "TRUE"
+        };
+        let sql = table.backdate_statement(B::store(dialect).tables(), B::earlier, filter);
+        self.run(dialect, sql, &params, "backdating").await
     }
 
     async fn overwrite_headers(
@@ -172,12 +195,15 @@ where
         id: Uuid,
         text: &str,
     ) -> Result<()> {
-        self.0.overwrite_headers(dialect, table, id, text).await
+        let table = table.name(B::store(dialect).tables());
+        let sql = format!("UPDATE {table} SET {}", B::SET_HEADERS);
+        self.run(dialect, sql, &[Param::Text(text), Param::Id(id)], "overwriting headers").await
     }
 
     async fn execute_sql(&self, dialect: &B::Dialect, sql: &str) -> Result<()> {
-        let sql = B::tables(dialect).render(sql);
-        let pool = B::Db::pooled(B::pool(dialect));
+        let store = B::store(dialect);
+        let sql = store.tables().render(sql);
+        let pool = Db::<B>::pooled(store.pool());
         sqlx::raw_sql(AssertSqlSafe(sql)).execute(pool).await.map_err(sql_error("executing"))?;
         Ok(())
     }
@@ -191,7 +217,7 @@ where
     }
 
     async fn close_instance(&self, instance: B::Dialect) -> Result<()> {
-        B::pool(&instance).close().await;
+        B::store(&instance).pool().close().await;
         Ok(())
     }
 }
