@@ -108,12 +108,7 @@ struct Backend<D: Dialect, DB: Database> {
     pool: Pool<DB>,
 }
 
-impl<D, DB> Backend<D, DB>
-where
-    D: Dialect,
-    D::Writer: Clone + for<'t, 'c> OutboxWriter<&'t mut Transaction<'c, DB>>,
-    DB: Database,
-{
+impl<D: WritesTo<DB>, DB: Database> Backend<D, DB> {
     async fn new(dialect: D, pool: Pool<DB>) -> Result<Self, Failed> {
         let dialect = dialect.with_tables(&TableNames::with_prefix(&random_prefix()).map_err(fail)?);
         dialect.create_schema(SchemaPlan::ALL).await.map_err(fail)?;
@@ -145,12 +140,23 @@ fn expect(condition: bool, message: impl std::fmt::Display) -> TestResult {
 
 type Checked<D, DB> = Backend<D, DB>;
 
-async fn ok_publishes_the_value_in_the_same_transaction<D, DB>(backend: Checked<D, DB>) -> TestResult
+/// A dialect whose writer writes into a sqlx transaction of `DB`: what every case needs.
+trait WritesTo<DB: Database>:
+    Dialect<Writer: Clone + for<'t, 'c> OutboxWriter<&'t mut Transaction<'c, DB>>>
+{
+}
+
+impl<D, DB> WritesTo<DB> for D
 where
     D: Dialect,
     D::Writer: Clone + for<'t, 'c> OutboxWriter<&'t mut Transaction<'c, DB>>,
     DB: Database,
 {
+}
+
+async fn ok_publishes_the_value_in_the_same_transaction<D: WritesTo<DB>, DB: Database>(
+    backend: Checked<D, DB>,
+) -> TestResult {
     let outbox = backend.publisher();
     let mut tx = backend.pool.begin().await.map_err(fail)?;
     let order = place_order(&outbox, &mut tx, 7, 1250).await.map_err(|e| fail(format!("{e:?}")))?;
@@ -163,12 +169,9 @@ where
     )
 }
 
-async fn a_rolled_back_transaction_takes_the_event_with_it<D, DB>(backend: Checked<D, DB>) -> TestResult
-where
-    D: Dialect,
-    D::Writer: Clone + for<'t, 'c> OutboxWriter<&'t mut Transaction<'c, DB>>,
-    DB: Database,
-{
+async fn a_rolled_back_transaction_takes_the_event_with_it<D: WritesTo<DB>, DB: Database>(
+    backend: Checked<D, DB>,
+) -> TestResult {
     let outbox = backend.publisher();
     let mut tx = backend.pool.begin().await.map_err(fail)?;
     place_order(&outbox, &mut tx, 8, 100).await.map_err(|e| fail(format!("{e:?}")))?;
@@ -176,12 +179,7 @@ where
     expect(backend.total().await? == 0, "the event was written in the caller's transaction")
 }
 
-async fn an_err_publishes_nothing<D, DB>(backend: Checked<D, DB>) -> TestResult
-where
-    D: Dialect,
-    D::Writer: Clone + for<'t, 'c> OutboxWriter<&'t mut Transaction<'c, DB>>,
-    DB: Database,
-{
+async fn an_err_publishes_nothing<D: WritesTo<DB>, DB: Database>(backend: Checked<D, DB>) -> TestResult {
     let outbox = backend.publisher();
     let mut tx = backend.pool.begin().await.map_err(fail)?;
     // `return Err` and `?` end the body: neither reaches the publish.
@@ -194,12 +192,9 @@ where
     expect(backend.total().await? == 0, "an Err wrote an event")
 }
 
-async fn a_payload_argument_is_published<D, DB>(backend: Checked<D, DB>) -> TestResult
-where
-    D: Dialect,
-    D::Writer: Clone + for<'t, 'c> OutboxWriter<&'t mut Transaction<'c, DB>>,
-    DB: Database,
-{
+async fn a_payload_argument_is_published<D: WritesTo<DB>, DB: Database>(
+    backend: Checked<D, DB>,
+) -> TestResult {
     let outbox = backend.publisher();
     let order = Order { id: 4242, amount_cents: 990 };
     let mut tx = backend.pool.begin().await.map_err(fail)?;
@@ -213,12 +208,9 @@ where
     )
 }
 
-async fn a_failed_publish_is_the_functions_error<D, DB>(backend: Checked<D, DB>) -> TestResult
-where
-    D: Dialect,
-    D::Writer: Clone + for<'t, 'c> OutboxWriter<&'t mut Transaction<'c, DB>>,
-    DB: Database,
-{
+async fn a_failed_publish_is_the_functions_error<D: WritesTo<DB>, DB: Database>(
+    backend: Checked<D, DB>,
+) -> TestResult {
     // `order-shipped` is not configured: the publish refuses it and the function fails with it.
     let outbox = backend.publisher();
     let mut tx = backend.pool.begin().await.map_err(fail)?;
@@ -234,12 +226,9 @@ where
     expect(backend.total().await? == 0, "a refused publish wrote nothing")
 }
 
-async fn a_method_names_its_publisher_and_transaction<D, DB>(backend: Checked<D, DB>) -> TestResult
-where
-    D: Dialect,
-    D::Writer: Clone + for<'t, 'c> OutboxWriter<&'t mut Transaction<'c, DB>>,
-    DB: Database,
-{
+async fn a_method_names_its_publisher_and_transaction<D: WritesTo<DB>, DB: Database>(
+    backend: Checked<D, DB>,
+) -> TestResult {
     let orders = Orders { outbox: backend.publisher() };
     let mut tx = backend.pool.begin().await.map_err(fail)?;
     orders.place(&mut tx, 31).await.map_err(|e| fail(format!("{e:?}")))?;
