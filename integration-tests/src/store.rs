@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::AssertSqlSafe;
 use uuid::Uuid;
 
-use crate::fresh_name;
+use crate::{EVENT_TYPE, fresh_name};
 
 /// The business payload of the suites: an order and its total.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,6 +51,27 @@ impl Names {
             consumer: fresh_name(&format!("oncebox_matrix_{tag}_effects")),
             prefix,
         }
+    }
+
+    /// The oncebox configuration of a run: its tables, the one event type relayed to its
+    /// destination with `settings` added (YAML `key: value` lines of the event), and the inbox.
+    pub fn config(&self, emergency_timeout: &str, settings: &[&str]) -> Result<oncebox::Config> {
+        let settings: String = settings.iter().map(|line| format!("        {line}\n")).collect();
+        oncebox::Config::from_yaml_str(&format!(
+            "oncebox:
+  tables:
+    prefix: {prefix}
+  outbox:
+    sender: {{ emergency-timeout: {emergency_timeout} }}
+    events:
+      {EVENT_TYPE}:
+        topic: {destination}
+{settings}        polling: {{ min-fixed-delay: 10ms, max-fixed-delay: 100ms }}
+  inbox: {{}}
+",
+            prefix = self.prefix,
+            destination = self.destination,
+        ))
     }
 
     /// The oncebox tables of the run, as the facade names them from the prefix.

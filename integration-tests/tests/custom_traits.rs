@@ -29,7 +29,7 @@ use oncebox::kafka::{KafkaListener, KafkaListenerConfig};
 use oncebox::postgres::PgDialect;
 use oncebox::rabbit::{RabbitListener, RabbitListenerConfig, RabbitTopology};
 use oncebox::{
-    Config, Consumed, Deserializer, Error, ErrorKind, EventMeta, Headers, Inbox, Oncebox, OutboundMessage,
+    Consumed, Deserializer, Error, ErrorKind, EventMeta, Headers, Inbox, Oncebox, OutboundMessage,
     SerializedEvent, Serializer, UuidGenerator,
 };
 use oncebox_integration_tests::{
@@ -268,25 +268,6 @@ impl EnvelopeBroker for RabbitTransport {
     }
 }
 
-fn config(names: &Names) -> Result<Config, Failed> {
-    Config::from_yaml_str(&format!(
-        "oncebox:
-  tables:
-    prefix: {prefix}
-  outbox:
-    sender: {{ emergency-timeout: 10s }}
-    events:
-      {EVENT_TYPE}:
-        topic: {destination}
-        polling: {{ min-fixed-delay: 10ms, max-fixed-delay: 100ms }}
-  inbox: {{}}
-",
-        prefix = names.prefix,
-        destination = names.destination,
-    ))
-    .map_err(fail)
-}
-
 /// One broker: sets up, runs the scenario, then stops and removes everything also when it failed.
 async fn round_trip<T: EnvelopeBroker>() -> TestResult {
     let test = format!("custom_traits::postgres_{}", T::NAME);
@@ -299,7 +280,7 @@ async fn round_trip<T: EnvelopeBroker>() -> TestResult {
     };
     transport.prepare(&names).await.map_err(fail)?;
     let ids = CountingIds::new();
-    let started = Oncebox::builder(config(&names)?)
+    let started = Oncebox::builder(names.config("10s", &[]).map_err(fail)?)
         .dialect(store.open().await.map_err(fail)?)
         .sender_arc(transport.sender().map_err(fail)?)
         .serializer(EnvelopeV2)

@@ -15,7 +15,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use oncebox::{Config, Oncebox};
+use oncebox::Oncebox;
 use oncebox_integration_tests::{
     EVENT_TYPE, EventHandler, KafkaTransport, Ledger, MySqlStore, Names, Order, PgStore, Placed,
     RabbitTransport, SqliteStore, Store, Transport, copies_of,
@@ -24,6 +24,11 @@ use oncebox_testkit::case;
 use oncebox_testkit::eventually;
 use oncebox_testkit::runner::{Case, Failed, Suite, TestResult, fail, server_missing};
 use uuid::Uuid;
+
+/// The event's settings for these runs: batches of 50, and retries enough to outlast any broker
+/// outage a run provokes.
+const MATRIX_SETTINGS: &[&str] =
+    &["batch-size: 50", "max-retries: 1000", "backoff: { delay: 50ms, multiplier: 2, max-delay: 1s }"];
 
 const CONSUMER: &str = "effects";
 /// Publisher tasks per pair.
@@ -68,28 +73,6 @@ impl Deliveries {
     fn forced_failures(&self) -> usize {
         self.failed_once.lock().map(|failed| failed.len()).unwrap_or_default()
     }
-}
-
-fn config(names: &Names) -> Result<Config, Failed> {
-    Config::from_yaml_str(&format!(
-        "oncebox:
-  tables:
-    prefix: {prefix}
-  outbox:
-    sender: {{ emergency-timeout: 5s }}
-    events:
-      {EVENT_TYPE}:
-        topic: {destination}
-        batch-size: 50
-        max-retries: 1000
-        backoff: {{ delay: 50ms, multiplier: 2, max-delay: 1s }}
-        polling: {{ min-fixed-delay: 10ms, max-fixed-delay: 100ms }}
-  inbox: {{}}
-",
-        prefix = names.prefix,
-        destination = names.destination,
-    ))
-    .map_err(fail)
 }
 
 /// A pair whose server is not configured: skipped with a note on stderr, a failure under `CI=true`.
@@ -142,7 +125,7 @@ async fn run<S: Store, T: Transport>(
     listening: &mut Option<oncebox_integration_tests::Listening>,
 ) -> TestResult {
     let names = Arc::new(names.clone());
-    let primary = Oncebox::builder(config(&names)?)
+    let primary = Oncebox::builder(names.config("5s", MATRIX_SETTINGS).map_err(fail)?)
         .dialect(store.open().await.map_err(fail)?)
         .sender_arc(transport.sender().map_err(fail)?)
         .start()
@@ -167,7 +150,7 @@ async fn run<S: Store, T: Transport>(
 
     // More relay instances on the same tables, each with its own pool and sender.
     for _ in 1..S::RELAYS {
-        let instance = Oncebox::builder(config(&names)?)
+        let instance = Oncebox::builder(names.config("5s", MATRIX_SETTINGS).map_err(fail)?)
             .dialect(store.open().await.map_err(fail)?)
             .sender_arc(transport.sender().map_err(fail)?)
             .start()

@@ -45,25 +45,6 @@ fn attribute(span: &SpanData, key: &str) -> Option<String> {
     span.attributes.iter().find(|kv| kv.key.as_str() == key).map(|kv| kv.value.as_str().into_owned())
 }
 
-fn config(names: &Names) -> Result<oncebox::Config, Failed> {
-    oncebox::Config::from_yaml_str(&format!(
-        "oncebox:
-  tables:
-    prefix: {prefix}
-  outbox:
-    sender: {{ emergency-timeout: 10s }}
-    events:
-      {EVENT_TYPE}:
-        topic: {destination}
-        polling: {{ min-fixed-delay: 10ms, max-fixed-delay: 100ms }}
-  inbox: {{}}
-",
-        prefix = names.prefix,
-        destination = names.destination,
-    ))
-    .map_err(fail)
-}
-
 /// Publishes one order inside a `checkout` span and follows its event to the consumer.
 async fn continuity<T: Transport>() -> TestResult {
     let Some(transport) = T::from_env() else {
@@ -77,7 +58,7 @@ async fn continuity<T: Transport>() -> TestResult {
     let names = Names::fresh(&format!("trace_{}", T::NAME));
     let store = SqliteStore::from_env(&names).ok_or_else(|| fail("SQLite needs no server"))?;
     transport.prepare(&names).await.map_err(fail)?;
-    let outbox = Oncebox::builder(config(&names)?)
+    let outbox = Oncebox::builder(names.config("10s", &[]).map_err(fail)?)
         .dialect(store.open().await.map_err(fail)?)
         .sender_arc(transport.sender().map_err(fail)?)
         .start()
