@@ -158,6 +158,18 @@ fn outbox_only(builder: ConfigBuilder) -> Config {
     builder.processed_clean_up(None).build().expect("the test config is valid")
 }
 
+/// One event type, `e`, polled first at once, then every 5 s growing to 60 s: slow enough that a
+/// claim soon after another is the work of a wake-up.
+fn slow_polling_of_e() -> Config {
+    let slow = crate::config::Polling::Adaptive {
+        initial_delay: Duration::ZERO,
+        min_delay: Duration::from_secs(5),
+        max_delay: Duration::from_secs(60),
+        multiplier: 2.0,
+    };
+    outbox_only(Config::builder().event("e", EventSettings::new("t").polling(slow)))
+}
+
 fn start(config: Config, outbox: Arc<ScriptedOutbox>, sender: Arc<dyn Sender>) -> EngineHandle {
     let mut parts = EngineParts::new(config);
     parts.outbox = Some(outbox);
@@ -355,13 +367,7 @@ async fn a_refused_batch_stops_claiming_ahead_until_a_send_gets_through() {
 #[tokio::test(start_paused = true)]
 async fn wake_cuts_a_long_sleep_short() {
     let outbox = Arc::new(ScriptedOutbox::default());
-    let slow = crate::config::Polling::Adaptive {
-        initial_delay: Duration::ZERO,
-        min_delay: Duration::from_secs(5),
-        max_delay: Duration::from_secs(60),
-        multiplier: 2.0,
-    };
-    let config = outbox_only(Config::builder().event("e", EventSettings::new("t").polling(slow)));
+    let config = slow_polling_of_e();
     let engine = start(config, outbox.clone(), Arc::new(CountingSender::default()));
     tokio::time::sleep(Duration::from_secs(600)).await;
     let before = outbox.claim_times().len();
@@ -612,13 +618,7 @@ async fn wake_up_hints_from_the_dialect_poll_the_named_type_or_all() {
 #[tokio::test(start_paused = true)]
 async fn an_awake_poller_claims_again_at_once_and_once_more_after_the_grace() {
     let outbox = Arc::new(ScriptedOutbox::default());
-    let slow = crate::config::Polling::Adaptive {
-        initial_delay: Duration::ZERO,
-        min_delay: Duration::from_secs(5),
-        max_delay: Duration::from_secs(60),
-        multiplier: 2.0,
-    };
-    let config = outbox_only(Config::builder().event("e", EventSettings::new("t").polling(slow)));
+    let config = slow_polling_of_e();
     let activity = Arc::new(PollerActivity::new());
     let (hints, receiver) = tokio::sync::mpsc::unbounded_channel();
     let mut parts = EngineParts::new(config);
