@@ -144,6 +144,22 @@ pub fn millis(duration: Duration) -> String {
     format!("{:.3}", duration.as_secs_f64() * 1e3)
 }
 
+/// The message a publish benchmark sends to `topic`: a fresh id as its key and the payload of
+/// `index`, as the relay would build it.
+pub fn bench_message(topic: &str, index: u64) -> OutboundMessage {
+    let id = uuid::Uuid::now_v7();
+    OutboundMessage {
+        id,
+        event_type: EVENT_TYPE.to_owned(),
+        topic: topic.to_owned(),
+        key: id.to_string(),
+        payload: BenchPayload::new(index).to_json(),
+        payload_type: std::any::type_name::<BenchPayload>().to_owned(),
+        headers: Default::default(),
+        created_at: chrono::Utc::now(),
+    }
+}
+
 /// Prints the latency table of interleaved variants: one row per label, with its summary.
 pub fn print_variants<'a>(labels: impl IntoIterator<Item = &'a str>, summaries: &[Summary]) {
     println!("\n| variant | n | mean ms | p50 ms | p99 ms |\n|---|---:|---:|---:|---:|");

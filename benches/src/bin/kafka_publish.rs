@@ -23,11 +23,10 @@ use oncebox_benches::kafka::{RawKafkaSend, create_topic, produce_all, raw_produc
 use oncebox_benches::pg_backlog::{
     Bench, RawSend, RawSql, check_drained, fast_polling, raw_loop, write_template,
 };
-use oncebox_benches::{BenchPayload, BenchResult, EVENT_TYPE, median, per_second, server_url};
+use oncebox_benches::{BenchResult, EVENT_TYPE, bench_message, median, per_second, server_url};
 use oncebox_core::config::EventSettings;
 use oncebox_core::{Config, Deadline, Engine, EngineParts, Lifecycle, OutboundMessage, Sender};
 use oncebox_kafka::{KafkaSender, KafkaSenderConfig};
-use uuid::Uuid;
 
 const KAFKA_VARIABLE: &str = "ONCEBOX_KAFKA_BOOTSTRAP";
 const PG_VARIABLE: &str = "ONCEBOX_PG_URL";
@@ -89,20 +88,6 @@ async fn run(args: Args, bootstrap: String) -> BenchResult<()> {
     Ok(())
 }
 
-fn message(topic: &str, index: u64) -> OutboundMessage {
-    let id = Uuid::now_v7();
-    OutboundMessage {
-        id,
-        event_type: EVENT_TYPE.to_owned(),
-        topic: topic.to_owned(),
-        key: id.to_string(),
-        payload: BenchPayload::new(index).to_json(),
-        payload_type: std::any::type_name::<BenchPayload>().to_owned(),
-        headers: Default::default(),
-        created_at: chrono::Utc::now(),
-    }
-}
-
 async fn send(sender: &KafkaSender, batch: &[OutboundMessage]) -> BenchResult<u64> {
     let mut acknowledged = 0;
     for result in sender.send(batch, Deadline::after(DELIVERY_TIMEOUT)).await {
@@ -123,7 +108,7 @@ async fn publish_phase(args: &Args, bootstrap: &str) -> BenchResult<f64> {
         .map(|batch| {
             let first = batch * args.batch_size;
             let last = (first + args.batch_size).min(args.messages);
-            (first..last).map(|index| message(&topic, index as u64)).collect()
+            (first..last).map(|index| bench_message(&topic, index as u64)).collect()
         })
         .collect();
     println!(

@@ -19,10 +19,9 @@ use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueuePurgeOption
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
 use oncebox_benches::rabbit::Topology;
-use oncebox_benches::{BenchPayload, BenchResult, EVENT_TYPE, median, per_second, run_against};
+use oncebox_benches::{BenchResult, EVENT_TYPE, bench_message, median, per_second, run_against};
 use oncebox_core::{Deadline, OutboundMessage, Sender};
 use oncebox_rabbit::{RabbitSender, RabbitSenderConfig};
-use uuid::Uuid;
 
 const URL_VARIABLE: &str = "ONCEBOX_AMQP_URL";
 const URL_EXAMPLE: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
@@ -103,7 +102,7 @@ async fn measure(
         .map(|batch| {
             let first = batch * args.batch_size;
             let last = (first + args.batch_size).min(args.messages);
-            (first..last).map(|index| message(&topology.exchange, index as u64)).collect()
+            (first..last).map(|index| bench_message(&topology.exchange, index as u64)).collect()
         })
         .collect();
     println!(
@@ -166,20 +165,6 @@ async fn measure(
     }
     println!("\nRabbitSender / raw with the same properties: {:.3}", medians[2] / medians[1]);
     Ok(())
-}
-
-fn message(exchange: &str, index: u64) -> OutboundMessage {
-    let id = Uuid::now_v7();
-    OutboundMessage {
-        id,
-        event_type: EVENT_TYPE.to_owned(),
-        topic: exchange.to_owned(),
-        key: id.to_string(),
-        payload: BenchPayload::new(index).to_json(),
-        payload_type: std::any::type_name::<BenchPayload>().to_owned(),
-        headers: Default::default(),
-        created_at: chrono::Utc::now(),
-    }
 }
 
 /// The properties `RabbitSender` sets, built the same way (per message, inside the timed loop).

@@ -543,16 +543,7 @@ mod tests {
     /// Whatever a builder was given, a send returns results instead of panicking on clock arithmetic.
     #[tokio::test]
     async fn a_send_never_panics_on_an_endless_deadline_or_reconnect_backoff() {
-        let message = oncebox_core::OutboundMessage {
-            id: uuid::Uuid::nil(),
-            event_type: "order-created".into(),
-            topic: "orders".into(),
-            key: "k".into(),
-            payload: "{}".into(),
-            payload_type: "Order".into(),
-            headers: oncebox_core::Headers::new(),
-            created_at: chrono::Utc::now(),
-        };
+        let message = oncebox_testkit::sender_suite::test_message("orders", 0);
         let configs = [
             (RabbitSenderConfig::new("amqp://guest:guest@127.0.0.1:1/%2f"), Duration::MAX),
             (

@@ -363,16 +363,7 @@ mod tests {
 
     #[test]
     fn an_unroutable_or_refused_confirm_is_a_failure() {
-        let message = OutboundMessage {
-            id: uuid::Uuid::nil(),
-            event_type: "order-created".into(),
-            topic: "orders".into(),
-            key: "k".into(),
-            payload: "{}".into(),
-            payload_type: "Order".into(),
-            headers: oncebox_core::Headers::new(),
-            created_at: chrono::Utc::now(),
-        };
+        let message = oncebox_testkit::sender_suite::test_message("orders", 0);
         assert!(confirmation_result(&message, Confirmation::Ack(None)).is_ok());
         assert!(confirmation_result(&message, Confirmation::Nack(None)).is_err());
         assert!(confirmation_result(&message, Confirmation::NotRequested).is_err());
