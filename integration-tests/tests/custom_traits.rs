@@ -35,10 +35,11 @@ use oncebox::{
 use oncebox_integration_tests::{
     EVENT_TYPE, KafkaTransport, Names, Order, PgStore, RabbitTransport, Store, Transport,
 };
+use oncebox_testkit::background::{Background, Shutdown};
 use oncebox_testkit::eventually;
 use oncebox_testkit::runner::{Failed, TestResult, fail, test_server_missing};
 use sqlx::AssertSqlSafe;
-use tokio::sync::{broadcast, oneshot};
+use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
@@ -173,17 +174,13 @@ type Outbox = Oncebox<PgDialect, EnvelopeV2>;
 
 /// A listener on its own task, its outcomes collected.
 struct Running {
-    stop: oneshot::Sender<()>,
-    task: JoinHandle<oncebox::Result<()>>,
+    running: Background<oncebox::Result<()>>,
     collector: JoinHandle<()>,
     outcomes: Arc<Mutex<Vec<Outcome>>>,
 }
 
 impl Running {
-    fn spawn<F>(
-        mut receiver: broadcast::Receiver<Outcome>,
-        run: impl FnOnce(oneshot::Receiver<()>) -> F,
-    ) -> Self
+    fn spawn<F>(mut receiver: broadcast::Receiver<Outcome>, run: impl FnOnce(Shutdown) -> F) -> Self
     where
         F: Future<Output = oncebox::Result<()>> + Send + 'static,
     {
@@ -204,8 +201,7 @@ impl Running {
                 }
             })
         };
-        let (stop, stopped) = oneshot::channel();
-        Self { stop, task: tokio::spawn(run(stopped)), collector, outcomes }
+        Self { running: Background::spawn(run), collector, outcomes }
     }
 
     fn outcomes(&self) -> Vec<Outcome> {
@@ -213,8 +209,7 @@ impl Running {
     }
 
     async fn stop(self) -> Result<(), Failed> {
-        let _ = self.stop.send(());
-        let ran = self.task.await.map_err(fail)?;
+        let ran = self.running.stop().await?;
         self.collector.abort();
         ran.map_err(fail)
     }
@@ -239,13 +234,7 @@ impl EnvelopeBroker for KafkaTransport {
             .on_once_with(EVENT_TYPE, inbox, EnvelopeV2, note_effect(effects))
             .build()
             .map_err(fail)?;
-        Ok(Running::spawn(listener.outcomes(), |stopped| async move {
-            listener
-                .run(async {
-                    let _ = stopped.await;
-                })
-                .await
-        }))
+        Ok(Running::spawn(listener.outcomes(), |shutdown| async move { listener.run(shutdown).await }))
     }
 }
 
@@ -258,13 +247,7 @@ impl EnvelopeBroker for RabbitTransport {
             .on_once_with(EVENT_TYPE, inbox, EnvelopeV2, note_effect(effects))
             .build()
             .map_err(fail)?;
-        Ok(Running::spawn(listener.outcomes(), |stopped| async move {
-            listener
-                .run(async {
-                    let _ = stopped.await;
-                })
-                .await
-        }))
+        Ok(Running::spawn(listener.outcomes(), |shutdown| async move { listener.run(shutdown).await }))
     }
 }
 

@@ -18,15 +18,14 @@ use oncebox_kafka::{
     KafkaEvent, KafkaListener, KafkaListenerConfig, KafkaOutcome, KafkaSender, KafkaSenderConfig,
 };
 use oncebox_postgres::{PgDialect, PgWriter};
-use oncebox_testkit::case;
 use oncebox_testkit::runner::{Case, Failed, Suite, TestResult, fail, server_missing};
+use oncebox_testkit::{Background, case};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{AssertSqlSafe, PgPool, Postgres, Transaction};
-use tokio::sync::{broadcast, oneshot};
-use tokio::task::JoinHandle;
+use tokio::sync::broadcast;
 use uuid::Uuid;
 
 use support::{create_topics, fresh_name, plumbing};
@@ -148,8 +147,7 @@ async fn record_payment(
 /// A running listener and the outcomes it reports.
 struct Listening {
     outcomes: broadcast::Receiver<KafkaOutcome>,
-    stop: oneshot::Sender<()>,
-    task: JoinHandle<oncebox_core::Result<()>>,
+    running: Background<oncebox_core::Result<()>>,
 }
 
 impl Listening {
@@ -165,15 +163,8 @@ impl Listening {
             .build()
             .map_err(fail)?;
         let outcomes = listener.outcomes();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            listener
-                .run(async move {
-                    let _ = stopped.await;
-                })
-                .await
-        });
-        Ok(Self { outcomes, stop, task })
+        let running = Background::spawn(|shutdown| async move { listener.run(shutdown).await });
+        Ok(Self { outcomes, running })
     }
 
     /// Reads outcomes until `expected` ids were each seen as `wanted` (applied or duplicate);
@@ -216,8 +207,7 @@ impl Listening {
     }
 
     async fn stop(self) -> TestResult {
-        let _ = self.stop.send(());
-        self.task.await.map_err(fail)?.map_err(fail)
+        self.running.stop().await?.map_err(fail)
     }
 }
 

@@ -21,11 +21,10 @@ use oncebox_kafka::{
 };
 use oncebox_sqlite::SqliteDialect;
 use oncebox_testkit::runner::{Case, Failed, Suite, TestResult, fail};
-use oncebox_testkit::{case, eventually};
+use oncebox_testkit::{Background, case, eventually};
 use rdkafka::producer::FutureProducer;
 use serde::Deserialize;
-use tokio::sync::{broadcast, oneshot};
-use tokio::task::JoinHandle;
+use tokio::sync::broadcast;
 use uuid::Uuid;
 
 use support::{
@@ -75,8 +74,7 @@ struct Fixture {
     database: PathBuf,
     inbox: Inbox<()>,
     outcomes: broadcast::Receiver<KafkaOutcome>,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<oncebox_core::Result<()>>>,
+    running: Option<Background<oncebox_core::Result<()>>>,
 }
 
 impl Fixture {
@@ -122,8 +120,7 @@ impl Fixture {
             database,
             inbox,
             outcomes: broadcast::channel(1).1,
-            stop: None,
-            task: None,
+            running: None,
         })
     }
 
@@ -146,8 +143,7 @@ impl Fixture {
     fn listen(&mut self, effect: Arc<Effect>) -> oncebox_core::Result<()> {
         let running = self.spawn(effect)?;
         self.outcomes = running.outcomes;
-        self.stop = Some(running.stop);
-        self.task = Some(running.task);
+        self.running = Some(running.running);
         Ok(())
     }
 
@@ -170,26 +166,16 @@ impl Fixture {
             })
             .build()?;
         let outcomes = listener.outcomes();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            listener
-                .run(async move {
-                    let _ = stopped.await;
-                })
-                .await
-        });
-        Ok(Running { outcomes, stop, task })
+        let running = Background::spawn(|shutdown| async move { listener.run(shutdown).await });
+        Ok(Running { outcomes, running })
     }
 
     /// Stops the listener; the outcomes it reported stay readable.
     async fn stop(&mut self) -> TestResult {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+        match self.running.take() {
+            Some(running) => running.stop().await?.map_err(fail),
+            None => Ok(()),
         }
-        if let Some(task) = self.task.take() {
-            task.await.map_err(fail)?.map_err(fail)?;
-        }
-        Ok(())
     }
 
     fn sender(&self) -> Result<KafkaSender, Failed> {
@@ -239,21 +225,19 @@ impl Fixture {
 /// A listener task and what it reports.
 struct Running {
     outcomes: broadcast::Receiver<KafkaOutcome>,
-    stop: oneshot::Sender<()>,
-    task: JoinHandle<oncebox_core::Result<()>>,
+    running: Background<oncebox_core::Result<()>>,
 }
 
 impl Running {
     async fn stop(self) -> TestResult {
-        let _ = self.stop.send(());
-        self.task.await.map_err(fail)?.map_err(fail)
+        self.running.stop().await?.map_err(fail)
     }
 }
 
 impl Drop for Fixture {
     fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
+        if let Some(running) = self.running.take() {
+            running.abort();
         }
         for suffix in ["", "-wal", "-shm"] {
             let _ = std::fs::remove_file(format!("{}{suffix}", self.database.to_string_lossy()));

@@ -21,11 +21,10 @@ use oncebox_rabbit::{
     RabbitTopology,
 };
 use oncebox_sqlite::{SqliteDialect, SqliteWriter};
-use oncebox_testkit::case;
 use oncebox_testkit::runner::{Case, Suite, TestResult, fail, server_missing};
+use oncebox_testkit::{Background, case};
 use serde::{Deserialize, Serialize};
 use sqlx::{Sqlite, Transaction};
-use tokio::sync::oneshot;
 
 use support::{amqp_url, fresh_name, raw_channel};
 
@@ -138,14 +137,7 @@ async fn run_end_to_end(url: &str, exchange: &str, queue: &str, database: &std::
         .map_err(fail)?
     };
     let mut outcomes = listener.outcomes();
-    let (stop_listener, stopped) = oneshot::channel::<()>();
-    let listening = tokio::spawn(async move {
-        listener
-            .run(async move {
-                let _ = stopped.await;
-            })
-            .await
-    });
+    let listening = Background::spawn(|shutdown| async move { listener.run(shutdown).await });
     await_queue(url, queue).await?;
 
     let sender = RabbitSender::new(RabbitSenderConfig::new(url)).map_err(fail)?;
@@ -211,8 +203,7 @@ async fn run_end_to_end(url: &str, exchange: &str, queue: &str, database: &std::
     assert_eq!(payments(&pool).await.map_err(fail)?.len(), EVENTS as usize, "the copy changed nothing");
 
     engine.shutdown(Duration::from_secs(10)).await.map_err(fail)?;
-    let _ = stop_listener.send(());
-    listening.await.map_err(fail)?.map_err(fail)?;
+    listening.stop().await?.map_err(fail)?;
     redeliverer.close().await.map_err(fail)?;
     Ok(())
 }

@@ -19,6 +19,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod background;
 pub mod dao_suite;
 pub mod engine_suite;
 pub mod harness;
@@ -28,5 +29,6 @@ pub mod sender_suite;
 #[cfg(feature = "sqlx")]
 pub mod sqlx_harness;
 
+pub use background::Background;
 pub use harness::{AgedTable, DaoHarness, eventually, fail_into_dlq, random_prefix, with_fresh};
 pub use memory::MemoryBroker;

@@ -18,11 +18,11 @@ use oncebox_rabbit::{
     ListenerOutcome, RabbitListener, RabbitListenerConfig, RabbitSender, RabbitSenderConfig, RabbitTopology,
 };
 use oncebox_sqlite::SqliteDialect;
+use oncebox_testkit::Background;
 use oncebox_testkit::runner::{Failed, TestResult, fail};
 use oncebox_testkit::sender_suite::test_message;
 use serde::Deserialize;
-use tokio::sync::{Notify, broadcast, oneshot};
-use tokio::task::JoinHandle;
+use tokio::sync::{Notify, broadcast};
 use tokio::time::Instant;
 
 use crate::support::{fresh_name, header_text, plumbing, raw_channel};
@@ -53,8 +53,7 @@ pub struct Fixture {
     _connection: Connection,
     pub channel: Channel,
     pub outcomes: broadcast::Receiver<ListenerOutcome>,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<oncebox_core::Result<()>>>,
+    running: Option<Background<oncebox_core::Result<()>>>,
     /// The listener, until it is started (see [`Setup::start_listener`]).
     listener: Option<RabbitListener>,
     cleaned: bool,
@@ -211,8 +210,7 @@ impl Fixture {
             _connection: connection,
             channel,
             outcomes,
-            stop: None,
-            task: None,
+            running: None,
             listener: Some(listener),
             cleaned: false,
         };
@@ -227,15 +225,7 @@ impl Fixture {
         let Some(listener) = self.listener.take() else {
             return;
         };
-        let (stop, stopped) = oneshot::channel::<()>();
-        self.stop = Some(stop);
-        self.task = Some(tokio::spawn(async move {
-            listener
-                .run(async move {
-                    let _ = stopped.await;
-                })
-                .await
-        }));
+        self.running = Some(Background::spawn(|shutdown| async move { listener.run(shutdown).await }));
     }
 
     /// Takes the fixture's message from its queue and returns it with `basic.reject` + requeue,
@@ -356,13 +346,10 @@ impl Fixture {
 
     /// Stops the listener (its unacknowledged messages return to the queue) and waits for it.
     pub async fn stop_listener(&mut self) -> TestResult {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+        match self.running.take() {
+            Some(running) => running.stop().await?.map_err(fail),
+            None => Ok(()),
         }
-        if let Some(task) = self.task.take() {
-            task.await.map_err(fail)?.map_err(fail)?;
-        }
-        Ok(())
     }
 
     /// Stops the listener and deletes the broker objects and the database.
@@ -428,8 +415,8 @@ impl Drop for Fixture {
             return;
         }
         // Otherwise the listener would re-declare the queue once it is deleted.
-        if let Some(task) = self.task.take() {
-            task.abort();
+        if let Some(running) = self.running.take() {
+            running.abort();
         }
         let leftovers = self.names();
         let cleanup = std::thread::spawn(move || {
