@@ -10,7 +10,7 @@ use std::error::Error;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use oncebox_core::{Deadline, OutboundMessage, SendError, Sender};
+use oncebox_core::{Deadline, NewOutboxEvent, OutboundMessage, SendError, Sender};
 use serde::Serialize;
 
 pub mod kafka;
@@ -142,6 +142,18 @@ fn nearest_rank(count: usize, quantile: f64) -> usize {
 /// A duration in milliseconds with three decimals, for tables.
 pub fn millis(duration: Duration) -> String {
     format!("{:.3}", duration.as_secs_f64() * 1e3)
+}
+
+/// The outbox event a backlog is made of: type `event_type`, the payload of `index`.
+pub fn bench_event(event_type: &str, index: u64) -> NewOutboxEvent {
+    NewOutboxEvent {
+        id: uuid::Uuid::now_v7(),
+        event_type: event_type.to_owned(),
+        payload: BenchPayload::new(index).to_json(),
+        payload_type: std::any::type_name::<BenchPayload>().to_owned(),
+        headers: Default::default(),
+        partition_key: None,
+    }
 }
 
 /// The message a publish benchmark sends to `topic`: a fresh id as its key and the payload of

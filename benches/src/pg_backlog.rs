@@ -14,7 +14,7 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::{AssertSqlSafe, PgPool, Row};
 use uuid::Uuid;
 
-use crate::{BenchPayload, BenchResult, EVENT_TYPE, fresh_name};
+use crate::{BenchResult, EVENT_TYPE, bench_event, fresh_name};
 
 /// Rows per transaction when the template backlog is written through the `PgWriter`.
 pub const PREFILL_BATCH: usize = 5_000;
@@ -144,16 +144,12 @@ pub async fn write_template_of_types(bench: &Bench, events: u64, event_types: &[
     while written < events {
         let count = PREFILL_BATCH.min(usize::try_from(events - written).unwrap_or(PREFILL_BATCH));
         let batch: Vec<NewOutboxEvent> = (0..count)
-            .map(|index| NewOutboxEvent {
-                id: Uuid::now_v7(),
-                event_type: match event_types.len() {
-                    0 => EVENT_TYPE.to_owned(),
-                    types => event_types[(written as usize + index) % types].clone(),
-                },
-                payload: BenchPayload::new(written + index as u64).to_json(),
-                payload_type: std::any::type_name::<BenchPayload>().to_owned(),
-                headers: Default::default(),
-                partition_key: None,
+            .map(|index| {
+                let event_type = match event_types.len() {
+                    0 => EVENT_TYPE,
+                    types => &event_types[(written as usize + index) % types],
+                };
+                bench_event(event_type, written + index as u64)
             })
             .collect();
         let mut tx = bench.pool.begin().await?;

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use oncebox_benches::{
-    BenchPayload, BenchResult, EVENT_TYPE, Summary, fresh_name, per_second, print_ratios, print_variants,
-    run_against,
+    BenchPayload, BenchResult, EVENT_TYPE, Summary, bench_event, fresh_name, per_second, print_ratios,
+    print_variants, run_against,
 };
 use oncebox_core::config::{Config, EventSettings};
 use oncebox_core::engine::{Engine, EngineParts};
@@ -128,16 +128,8 @@ async fn prefill(bench: &Bench, events: u64) -> BenchResult<()> {
     let mut written = 0u64;
     while written < events {
         let count = (events - written).min(PREFILL_BATCH as u64);
-        let batch: Vec<NewOutboxEvent> = (written..written + count)
-            .map(|order| NewOutboxEvent {
-                id: Uuid::now_v7(),
-                event_type: EVENT_TYPE.into(),
-                payload: BenchPayload::new(order).to_json(),
-                payload_type: "BenchPayload".into(),
-                headers: Default::default(),
-                partition_key: None,
-            })
-            .collect();
+        let batch: Vec<NewOutboxEvent> =
+            (written..written + count).map(|order| bench_event(EVENT_TYPE, order)).collect();
         let mut tx = bench.pool.begin().await?;
         writer.write(&mut tx, &batch).await?;
         tx.commit().await?;
