@@ -699,6 +699,15 @@ mod tests {
         async fn record(&self, consumer: &str, id: Uuid) -> Result<bool> {
             Ok(self.0.lock().is_ok_and(|mut set| set.insert((consumer.to_owned(), id))))
         }
+        async fn record_many(&self, consumer: &str, ids: &[Uuid]) -> Result<Vec<Uuid>> {
+            let mut new = Vec::new();
+            for id in ids {
+                if self.record(consumer, *id).await? {
+                    new.push(*id);
+                }
+            }
+            Ok(new)
+        }
         async fn forget(&self, consumer: &str, id: Uuid) -> Result<bool> {
             Ok(self.0.lock().is_ok_and(|mut set| set.remove(&(consumer.to_owned(), id))))
         }

@@ -89,17 +89,10 @@ pub trait InboxDao: Send + Sync {
     /// Records `(consumer, id)`; `true` when it was new, `false` when it was already there.
     async fn record(&self, consumer: &str, id: Uuid) -> Result<bool>;
 
-    /// Records several ids; returns the ones that were new, in input order (an id named twice is
-    /// new once). The default records them one by one; a database DAO does it in one round trip.
-    async fn record_many(&self, consumer: &str, ids: &[Uuid]) -> Result<Vec<Uuid>> {
-        let mut new = Vec::new();
-        for &id in ids {
-            if self.record(consumer, id).await? {
-                new.push(id);
-            }
-        }
-        Ok(new)
-    }
+    /// Records several ids; returns the ones that were new, in input order. All or nothing: when
+    /// it fails, none of the ids stays recorded, since the inbox forgets nothing after a failed
+    /// batch and would skip the effects of ids left recorded.
+    async fn record_many(&self, consumer: &str, ids: &[Uuid]) -> Result<Vec<Uuid>>;
 
     /// Removes a record (the non-transactional consumer's effect failed before it happened).
     async fn forget(&self, consumer: &str, id: Uuid) -> Result<bool>;

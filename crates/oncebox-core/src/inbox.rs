@@ -395,6 +395,15 @@ mod tests {
         async fn record(&self, consumer: &str, id: Uuid) -> Result<bool> {
             Ok(self.committed.lock().map(|mut c| c.insert((consumer.to_owned(), id))).unwrap_or(false))
         }
+        async fn record_many(&self, consumer: &str, ids: &[Uuid]) -> Result<Vec<Uuid>> {
+            let mut new = Vec::new();
+            for id in ids {
+                if self.record(consumer, *id).await? {
+                    new.push(*id);
+                }
+            }
+            Ok(new)
+        }
         async fn forget(&self, consumer: &str, id: Uuid) -> Result<bool> {
             Ok(self.committed.lock().map(|mut c| c.remove(&(consumer.to_owned(), id))).unwrap_or(false))
         }
