@@ -1,6 +1,6 @@
-//! A pass-through outbox DAO that tells an observer when each claim and settle starts and ends, how
-//! long it took and what it covered, for benchmarks that time the relay's statements, count them in
-//! flight or stamp its events.
+//! A pass-through outbox DAO that tells an observer when each call that runs the relay's statements
+//! starts and ends, and how long each claim and settle took and what it covered, for benchmarks that
+//! time the relay's statements, count them in flight or stamp its events.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,9 +13,9 @@ use uuid::Uuid;
 /// Told about every claim and settle of an [`ObservedOutbox`]; each method does nothing unless
 /// implemented.
 pub trait OutboxObserver: Send + Sync {
-    /// A claim or settle is about to run.
+    /// A call that runs outbox statements (claim, settle, stuck recovery, clean-up) is about to run.
     fn started(&self) {}
-    /// A claim or settle has ended: returned, failed or been cancelled.
+    /// That call has ended: returned, failed or been cancelled.
     fn finished(&self) {}
     /// A claim returned `batch` after `elapsed`.
     fn claimed(&self, elapsed: Duration, batch: &ClaimedBatch) {
@@ -75,10 +75,12 @@ impl<O: OutboxObserver + 'static> OutboxDao for ObservedOutbox<O> {
     }
 
     async fn recover_stuck(&self, older_than: Duration, max_recoveries: u32, limit: u32) -> Result<u64> {
+        let _running = Running::start(&*self.observer);
         self.inner.recover_stuck(older_than, max_recoveries, limit).await
     }
 
     async fn delete_processed(&self, older_than: Duration, limit: u32) -> Result<u64> {
+        let _running = Running::start(&*self.observer);
         self.inner.delete_processed(older_than, limit).await
     }
 

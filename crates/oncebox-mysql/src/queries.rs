@@ -365,16 +365,6 @@ impl Queries for MySqlQueries {
         }
     }
 
-    async fn record_many(&self, pool: &MySqlPool, consumer: &str, ids: &[Uuid]) -> Result<Vec<Uuid>> {
-        let context = "recording consumed events";
-        // One insert per id (each must tell new from duplicate on its own), in one transaction:
-        // all of the batch is recorded, or none of it.
-        let mut tx = pool.begin().await.context(context)?;
-        let new = self.record_many_on(&mut tx, consumer, ids).await?;
-        tx.commit().await.context(context)?;
-        Ok(new)
-    }
-
     /// Updates the job's row only when its lease has run out on `UTC_TIMESTAMP(6)`, or inserts the
     /// row when there is none; of several instances trying at once exactly one succeeds. (An
     /// upsert would be one statement, but under the CLIENT_FOUND_ROWS flag it reports "unchanged"

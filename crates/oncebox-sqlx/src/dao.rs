@@ -1,7 +1,7 @@
 //! The DAOs of every sqlx dialect: each operation whose logic is the same on every database is
 //! written here once, over [`Queries`], which a dialect implements for what really differs (how
-//! values are bound, and the claim, settle, transfer, record and lock statements whose shape
-//! differs between databases).
+//! values are bound, and the claim, settle and transfer statements whose shape differs between
+//! databases; inbox records and job leases have defaults a dialect may override).
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -216,8 +216,9 @@ pub trait Queries: Send + Sync + Sized + 'static {
     }
 
     /// The statement that records a list of ids in one go and returns the `id` of each row it
-    /// inserted (`$1` the consumer, `$2` the ids), where the database has one; without it (the
-    /// default), [`record_many_on`](Self::record_many_on) records the ids one by one.
+    /// inserted (value 1 the consumer, value 2 the whole list, unsplit), where the database has
+    /// one; without it (the default), [`record_many_on`](Self::record_many_on) records the ids one
+    /// by one.
     fn inbox_record_many(&self) -> Option<&Statement> {
         None
     }
@@ -254,12 +255,20 @@ pub trait Queries: Send + Sync + Sized + 'static {
     }
 
     /// Records a non-empty list of consumed ids on a connection of `pool` (see
-    /// [`InboxDao::record_many`]). A dialect that records them in several statements runs them
-    /// in a transaction instead.
+    /// [`InboxDao::record_many`]): one statement when the dialect has
+    /// [`inbox_record_many`](Self::inbox_record_many), otherwise one per id inside a transaction,
+    /// so that the batch is recorded all or nothing either way.
     async fn record_many(&self, pool: &Pool<Self::Db>, consumer: &str, ids: &[Uuid]) -> Result<Vec<Uuid>> {
         let context = "recording consumed events";
-        let mut connection = pool.acquire().await.map_err(|error| Self::error(context, error))?;
-        self.record_many_on(&mut connection, consumer, ids).await
+        let error = |error| Self::error(context, error);
+        if self.inbox_record_many().is_some() {
+            let mut connection = pool.acquire().await.map_err(error)?;
+            return self.record_many_on(&mut connection, consumer, ids).await;
+        }
+        let mut tx = pool.begin().await.map_err(error)?;
+        let new = self.record_many_on(&mut tx, consumer, ids).await?;
+        tx.commit().await.map_err(error)?;
+        Ok(new)
     }
 
     /// Takes the lease of `job` for `owner` when it is free or has run out; whether it was taken.

@@ -12,7 +12,8 @@
 //!   column, and reading status counts.
 //!
 //! Each dialect supplies only what its database does differently: its [`Queries`] (how values
-//! are bound, and the claim, settle, transfer, record and lease statements whose shape differs),
+//! are bound, and the claim, settle and transfer statements whose shape differs; inbox records
+//! and leases where its insert-or-skip does too),
 //! which server error codes mean "try again later" ([`ServerErrors`]) and how its columns are
 //! stored ([`RowFormat`]).
 //!

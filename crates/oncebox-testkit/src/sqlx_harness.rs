@@ -1,7 +1,8 @@
 //! What every [`DaoHarness`] of a sqlx dialect does alike, written once: [`SqlxHarness`] runs a
 //! write in the caller's transaction, raw SQL on a test's tables and the clean-up, and asks its
-//! [`SqlxBackend`] only for what differs between databases (connecting, interval arithmetic, how an
-//! id is bound).
+//! [`SqlxBackend`] only for what differs between databases (connecting, and the SQL fragments of
+//! interval arithmetic, an id list and the headers column); values are bound by the dialect's own
+//! [`Queries::bind`].
 
 use std::time::Duration;
 

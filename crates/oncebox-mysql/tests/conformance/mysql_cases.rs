@@ -34,6 +34,7 @@ pub fn cases() -> Vec<Case<MySqlHarness>> {
         ),
         case!("a_batch_of_1000_is_inserted_in_two_statements", batch_of_1000_in_two_statements),
         case!("an_oversized_value_fails_the_publish_instead_of_truncating", oversized_value_fails),
+        case!("a_batch_record_that_fails_midway_records_no_id", failed_batch_record_records_nothing),
         case!("mysql_async_commit_delivers_and_rollback_never", mysql_async_commit_and_rollback),
         case!("mysql_async_and_sqlx_writers_write_identical_rows", writers_write_identical_rows),
         case!("mysql_async_inbox_records_follow_the_transaction", mysql_async_inbox_follows_tx),
@@ -257,6 +258,39 @@ async fn oversized_value_fails(harness: Arc<MySqlHarness>) -> TestResult {
         assert!(error.to_string().contains("writing outbox events"), "{error}");
         let counts = dialect.outbox_dao().counts().await.map_err(fail)?;
         assert_eq!(counts.status_total(EventStatus::Pending), 0, "nothing of the batch was stored");
+        Ok(())
+    })
+    .await
+}
+
+// ---- the inbox ----------------------------------------------------------------------------------
+
+/// MySQL records a batch one insert per id (each must tell new from duplicate by itself): outside
+/// a caller's transaction they run in one of their own, or a failure after the first insert would
+/// leave ids recorded whose effect the inbox then skips.
+async fn failed_batch_record_records_nothing(harness: Arc<MySqlHarness>) -> TestResult {
+    with_fresh(harness, |_harness, dialect| async move {
+        let ids: Vec<Uuid> = (0..3).map(|_| Uuid::now_v7()).collect();
+        let tables = dialect.tables();
+        let refuse_second = format!(
+            "CREATE TRIGGER {}refuse_one BEFORE INSERT ON {} FOR EACH ROW \
+             IF NEW.id = X'{}' THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'refused on purpose'; END IF",
+            tables.prefix(),
+            tables.consumed(),
+            ids[1].simple()
+        );
+        sqlx::raw_sql(AssertSqlSafe(refuse_second)).execute(dialect.pool()).await.map_err(fail)?;
+        let inbox = dialect.inbox_dao();
+        let failed = inbox.record_many("billing", &ids).await;
+        assert!(
+            failed.as_ref().is_err_and(|error| error.to_string().contains("refused on purpose")),
+            "{failed:?}"
+        );
+        let recorded = inbox.consumed("billing", &ids).await.map_err(fail)?;
+        assert!(recorded.is_empty(), "a failed batch left {recorded:?} recorded");
+        // The refused id alone fails; the others record as one batch.
+        let others = [ids[0], ids[2]];
+        assert_eq!(inbox.record_many("billing", &others).await.map_err(fail)?, others);
         Ok(())
     })
     .await
