@@ -359,6 +359,19 @@ fn keep_new_in_order<M>(messages: Vec<M>, id_of: &impl Fn(&M) -> Uuid, new: &Has
         .collect()
 }
 
+/// The ids of `ids` without repeats, in first-seen order: an inbox DAO that records a batch one id
+/// at a time records an id named twice once.
+pub fn distinct(ids: &[Uuid]) -> Vec<Uuid> {
+    let mut seen = HashSet::with_capacity(ids.len());
+    ids.iter().copied().filter(|id| seen.insert(*id)).collect()
+}
+
+/// The ids of `ids` that are in `found`, in input order and each once (a duplicate in the input is
+/// reported once): what an inbox DAO returns from a set the database handed back unordered.
+pub fn in_input_order(ids: &[Uuid], mut found: HashSet<Uuid>) -> Vec<Uuid> {
+    ids.iter().copied().filter(|id| found.remove(id)).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -366,6 +379,14 @@ mod tests {
     use async_trait::async_trait;
     use std::sync::Mutex;
     use std::time::Duration;
+
+    #[test]
+    fn batch_ids_are_taken_once_each_in_input_order() {
+        let [a, b, c] = [Uuid::from_u128(1), Uuid::from_u128(2), Uuid::from_u128(3)];
+        assert_eq!(distinct(&[b, a, b, c, a]), [b, a, c]);
+        let found: HashSet<Uuid> = [c, b].into_iter().collect();
+        assert_eq!(in_input_order(&[a, c, b, c], found), [c, b], "input order, a repeat reported once");
+    }
 
     /// Records kept in a set; a "transaction" is a list of staged ids applied on commit.
     #[derive(Default)]

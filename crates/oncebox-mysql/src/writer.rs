@@ -167,7 +167,7 @@ mod mysql_async_writer {
             ids: &[Uuid],
         ) -> Result<Vec<Uuid>> {
             let mut new = Vec::new();
-            for id in oncebox_sqlx::distinct(ids) {
+            for id in oncebox_core::inbox::distinct(ids) {
                 if record_one(self, tx, consumer, id).await? {
                     new.push(id);
                 }

@@ -4,6 +4,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use oncebox_core::inbox::{distinct, in_input_order};
 use oncebox_core::{Error, ErrorKind, InboxDao, Result};
 use oracle::Connection;
 use uuid::Uuid;
@@ -43,10 +44,9 @@ pub(crate) fn record_many_on(
     consumer: &str,
     ids: &[Uuid],
 ) -> Result<Vec<Uuid>> {
-    let mut seen = HashSet::with_capacity(ids.len());
     let mut new = Vec::new();
-    for &id in ids {
-        if seen.insert(id) && record_on(statements, connection, consumer, id)? {
+    for id in distinct(ids) {
+        if record_on(statements, connection, consumer, id)? {
             new.push(id);
         }
     }
@@ -108,8 +108,7 @@ impl InboxDao for OraInboxDao {
                     })?;
                     recorded.insert(id);
                 }
-                // `remove` keeps a duplicate in the input from being reported twice.
-                Ok(wanted.into_iter().filter(|id| recorded.remove(id)).collect())
+                Ok(in_input_order(&wanted, recorded))
             })
             .await
     }

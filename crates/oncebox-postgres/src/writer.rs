@@ -261,13 +261,12 @@ mod tokio_postgres_writer {
                 .query(self.statements.inbox_record_many.as_str(), &[&consumer, &ids])
                 .await
                 .map_err(|error| tokio_postgres_error("recording consumed events", error))?;
-            let mut new = rows
+            let new = rows
                 .iter()
                 .map(|row| row.try_get::<_, Uuid>(0))
                 .collect::<Result<HashSet<Uuid>, _>>()
                 .map_err(|error| tokio_postgres_error("recording consumed events", error))?;
-            // `remove` keeps a duplicate in the input from being reported twice.
-            Ok(ids.iter().copied().filter(|id| new.remove(id)).collect())
+            Ok(oncebox_core::inbox::in_input_order(ids, new))
         }
     }
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use oncebox_core::event::{DlqCounts, DlqFilter, DlqSelection, JobLease, OutboxCounts};
+use oncebox_core::inbox::{distinct, in_input_order};
 use oncebox_core::{
     ClaimedBatch, Daos, DlqDao, DlqEvent, DlqStatus, Error, ErrorKind, InboxDao, JobLock, OutboxDao,
     OutboxEvent, Result, SettleReport, Settlement, TableNames,
@@ -431,19 +432,6 @@ impl<Q: Queries> SqlxStore<Q> {
 /// Writes `Debug` for a shared DAO as `<dialect><kind> { table: … }`.
 fn debug_table(f: &mut std::fmt::Formatter<'_>, name: &str, kind: &str, table: &str) -> std::fmt::Result {
     f.debug_struct(&format!("{name}{kind}")).field("table", &table).finish()
-}
-
-/// The ids of `ids` without repeats, in first-seen order: a batch that names an id twice records it
-/// once.
-pub fn distinct(ids: &[Uuid]) -> Vec<Uuid> {
-    let mut seen = HashSet::with_capacity(ids.len());
-    ids.iter().copied().filter(|id| seen.insert(*id)).collect()
-}
-
-/// The ids of `ids` that are in `found`, in input order and each once (a duplicate in the input
-/// is reported once).
-pub fn in_input_order(ids: &[Uuid], mut found: HashSet<Uuid>) -> Vec<Uuid> {
-    ids.iter().copied().filter(|id| found.remove(id)).collect()
 }
 
 /// The bound value of a row limit.

@@ -45,8 +45,7 @@ mod statement;
 mod time;
 
 pub use dao::{
-    BoundQuery, Queries, SqlxDatabase, SqlxDlqDao, SqlxInboxDao, SqlxJobLock, SqlxOutboxDao, SqlxStore,
-    distinct, in_input_order, limit,
+    BoundQuery, Queries, SqlxDatabase, SqlxDlqDao, SqlxInboxDao, SqlxJobLock, SqlxOutboxDao, SqlxStore, limit,
 };
 pub use error::{ServerErrors, SqlxResultExt, database_error};
 pub use row::{
