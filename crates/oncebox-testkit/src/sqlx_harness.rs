@@ -124,7 +124,8 @@ pub const INSTANCE_POOL_SIZE: u32 = 4;
 pub struct SqlxHarness<B>(pub B);
 
 impl<B: SqlxBackend> SqlxHarness<B> {
-    /// Runs `sql`, rendered for `dialect`'s tables, with `params` bound the dialect's way.
+    /// Runs `sql` (its table names already filled in) on `dialect`'s pool, with `params` bound the
+    /// dialect's way.
     async fn run(
         &self,
         dialect: &B::Dialect,
