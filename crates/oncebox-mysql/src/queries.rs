@@ -161,7 +161,7 @@ impl Queries for MySqlQueries {
 
     fn new(tables: &TableNames) -> Self {
         let sql = |template: &str| AssertSqlSafe(render(tables, template)).into_sql_str();
-        let numbered = |template: &str| Statement::positional(&render(tables, template));
+        let numbered = |template: &str| Self::statement(render(tables, template));
         let migration =
             |index: usize| AssertSqlSafe(tables.render_migration(MIGRATIONS[index].1)).into_sql_str();
         Self {
@@ -186,6 +186,11 @@ impl Queries for MySqlQueries {
             dlq_delete_by_ids: numbered(include_str!("../sql/dlq_delete_by_ids.sql")),
             job_insert: numbered(include_str!("../sql/job_insert.sql")),
         }
+    }
+
+    /// MySQL has only positional `?`: the files' numbered `?N` are turned into them.
+    fn statement(sql: String) -> Statement {
+        Statement::positional(&sql)
     }
 
     fn statements(&self) -> &Statements {

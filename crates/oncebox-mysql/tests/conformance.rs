@@ -8,7 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use oncebox_core::{Dialect, Result, TableNames};
 use oncebox_mysql::{MySqlDialect, MySqlQueries, connect_options, pool_options};
-use oncebox_sqlx::{SqlxStore, Statement};
+use oncebox_sqlx::SqlxStore;
 use oncebox_testkit::runner::{Suite, server_missing};
 use oncebox_testkit::sqlx_harness::{SqlxBackend, SqlxHarness, sql_error};
 use oncebox_testkit::{dao_suite, engine_suite};
@@ -41,10 +41,6 @@ impl SqlxBackend for MySqlBackend {
 
     fn store(dialect: &MySqlDialect) -> &SqlxStore<MySqlQueries> {
         dialect.store()
-    }
-
-    fn statement(sql: String) -> Statement {
-        Statement::positional(&sql)
     }
 
     fn earlier(column: &str) -> String {

@@ -100,7 +100,7 @@ impl Queries for PgQueries {
     fn new(tables: &TableNames) -> Self {
         // Only validated table names are spliced in; values are always bound.
         let sql = |template: &str| AssertSqlSafe(Arc::<str>::from(tables.render(template))).into_sql_str();
-        let numbered = |template: &str| Statement::numbered(tables.render(template));
+        let numbered = |template: &str| Self::statement(tables.render(template));
         let migration = |index: usize| {
             AssertSqlSafe(Arc::<str>::from(tables.render_migration(MIGRATIONS[index].1))).into_sql_str()
         };

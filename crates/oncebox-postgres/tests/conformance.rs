@@ -8,7 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use oncebox_core::{Dialect, Result, TableNames};
 use oncebox_postgres::{PgDialect, PgQueries, connect_options};
-use oncebox_sqlx::{SqlxStore, Statement};
+use oncebox_sqlx::SqlxStore;
 use oncebox_testkit::runner::{Suite, server_missing};
 use oncebox_testkit::sqlx_harness::{SqlxBackend, SqlxHarness, sql_error};
 use oncebox_testkit::{dao_suite, engine_suite};
@@ -42,10 +42,6 @@ impl SqlxBackend for PgBackend {
 
     fn store(dialect: &PgDialect) -> &SqlxStore<PgQueries> {
         dialect.store()
-    }
-
-    fn statement(sql: String) -> Statement {
-        Statement::numbered(sql)
     }
 
     fn earlier(column: &str) -> String {

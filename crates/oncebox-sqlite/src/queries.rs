@@ -89,7 +89,7 @@ impl Queries for SqliteQueries {
             |template: &str| tables.render(&template.replace("{now}", NOW).replace("{ts}", TIMESTAMP_FORMAT));
         // Only validated table names and the constants above are spliced in; values are always bound.
         let sql = |template: &str| AssertSqlSafe(Arc::<str>::from(text(template))).into_sql_str();
-        let numbered = |template: &str| Statement::numbered(text(template));
+        let numbered = |template: &str| Self::statement(text(template));
         Self {
             common: Statements::new(tables, sql_files!(), numbered),
             schema_events: sql(MIGRATIONS[0].1),

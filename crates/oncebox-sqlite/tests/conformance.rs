@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use async_trait::async_trait;
 use oncebox_core::{Dialect, Error, Result, TableNames};
 use oncebox_sqlite::{SqliteDialect, SqliteQueries};
-use oncebox_sqlx::{SqlxStore, Statement};
+use oncebox_sqlx::SqlxStore;
 use oncebox_testkit::runner::Suite;
 use oncebox_testkit::sqlx_harness::{SqlxBackend, SqlxHarness};
 use oncebox_testkit::{dao_suite, engine_suite, random_prefix};
@@ -49,10 +49,6 @@ impl SqlxBackend for SqliteBackend {
 
     fn store(dialect: &SqliteDialect) -> &SqlxStore<SqliteQueries> {
         dialect.store()
-    }
-
-    fn statement(sql: String) -> Statement {
-        Statement::numbered(sql)
     }
 
     fn earlier(column: &str) -> String {

@@ -94,6 +94,12 @@ pub trait Queries: Send + Sync + Sized + 'static {
     /// Every statement rendered for `tables`.
     fn new(tables: &TableNames) -> Self;
 
+    /// A statement of this database from its text, table names filled in: numbered placeholders
+    /// the database reads itself (the default), or [`Statement::positional`] where it has only `?`.
+    fn statement(sql: String) -> Statement {
+        Statement::numbered(sql)
+    }
+
     /// The statements of the shared operations.
     fn statements(&self) -> &Statements;
 

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use oncebox_core::{
     Dialect, Error, InboxWriter, NewOutboxEvent, OutboxWriter, Result, SchemaPlan, TableNames,
 };
-use oncebox_sqlx::{Param, Queries, SqlxDatabase, SqlxStore, Statement};
+use oncebox_sqlx::{Param, Queries, SqlxDatabase, SqlxStore};
 use sqlx::{AssertSqlSafe, Database, Pool, Transaction};
 use uuid::Uuid;
 
@@ -72,9 +72,6 @@ pub trait SqlxBackend: Send + Sync + 'static {
     /// The dialect's pool and statements.
     fn store(dialect: &Self::Dialect) -> &SqlxStore<Self::Queries>;
 
-    /// A statement of this database from its text, numbered the way the dialect's files are.
-    fn statement(sql: String) -> Statement;
-
     /// The assignment that moves `column` back by the span bound as value 1 (a
     /// [`Param::Before`]); NULL stays NULL.
     fn earlier(column: &str) -> String;
@@ -135,7 +132,7 @@ impl<B: SqlxBackend> SqlxHarness<B> {
     ) -> Result<()> {
         let store = B::store(dialect);
         let pool = Db::<B>::pooled(store.pool());
-        store.queries().execute(pool, &B::statement(sql), params, context).await?;
+        store.queries().execute(pool, &B::Queries::statement(sql), params, context).await?;
         Ok(())
     }
 }
