@@ -1,7 +1,7 @@
 //! [`RabbitSender`]: pipelined publishing with publisher confirms and mandatory routing.
 
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
 
 use async_trait::async_trait;
 use futures::StreamExt;
@@ -26,12 +26,17 @@ use crate::message::prepare;
 /// at least one queue (`mandatory`), so an unroutable event is a failure and never lost silently.
 /// Exchange = [`OutboundMessage::topic`], routing key = event type.
 ///
+/// Each batch in flight has a channel of its own, taken from a pool of idle ones: RabbitMQ sends a
+/// `basic.return` without a delivery tag, so on a channel two batches share, a return cannot be
+/// told apart by its confirm. The returned message carries its event id (`message_id`), and a
+/// batch fails exactly the messages whose ids came back once every confirm of its channel is in.
+///
 /// The connection is opened on the first batch. A closed channel or connection fails the
-/// unconfirmed messages of the batch at once; the next batch re-opens the channel, or reconnects
+/// unconfirmed messages of the batch at once; the next batch opens a new channel, or reconnects
 /// with backoff.
 pub struct RabbitSender {
     config: RabbitSenderConfig,
-    link: Arc<Mutex<Link>>,
+    link: Mutex<Link>,
 }
 
 impl fmt::Debug for RabbitSender {
@@ -40,11 +45,16 @@ impl fmt::Debug for RabbitSender {
     }
 }
 
-/// The current connection and channel, and how the last connection attempts went.
+/// Idle confirm channels kept for the next batches; more than this many batches in flight at once
+/// open channels that are closed again after their batch.
+const MAX_IDLE_CHANNELS: usize = 16;
+
+/// The current connection, its idle confirm channels, and how the last connection attempts went.
 #[derive(Default)]
 struct Link {
     connection: Option<Connection>,
-    channel: Option<Channel>,
+    /// Channels whose every confirm has come in: nothing of an earlier batch can reach the next.
+    idle: Vec<Channel>,
     failed_attempts: u32,
     next_attempt: Option<Instant>,
 }
@@ -54,7 +64,7 @@ impl RabbitSender {
     /// while the broker is down.
     pub fn new(config: RabbitSenderConfig) -> Result<Self> {
         config.validate()?;
-        Ok(Self { config, link: Arc::new(Mutex::new(Link::default())) })
+        Ok(Self { config, link: Mutex::new(Link::default()) })
     }
 
     /// Connects now (within the connect timeout) instead of on the first batch, so start-up can
@@ -79,7 +89,7 @@ impl RabbitSender {
         let mut link = self.link.lock().await;
         // lapin closes a channel when its last handle drops; dropping it before the connection
         // would race the connection's own close of the same channel.
-        let channel = link.channel.take();
+        let channels = std::mem::take(&mut link.idle);
         if let Some(connection) = link.connection.take()
             && connection.status().connected()
         {
@@ -94,21 +104,20 @@ impl RabbitSender {
                 }
             }
         }
-        drop(channel);
+        drop(channels);
         Ok(())
     }
 
-    /// A usable confirm-mode channel: the current one, a new one on the current connection, or a
-    /// new connection when the old one is gone (not before the backoff delay has passed), opened
-    /// by `deadline`.
+    /// A confirm-mode channel for one batch alone: an idle one, a new one on the current
+    /// connection, or one on a new connection when the old one is gone (not before the backoff
+    /// delay has passed), opened by `deadline`. The batch gives it back with [`Self::give_back`].
     async fn channel(&self, deadline: Deadline) -> Result<Channel> {
         let mut link = self.link.lock().await;
-        if let Some(channel) = &link.channel
-            && channel.status().connected()
-        {
-            return Ok(channel.clone());
+        while let Some(channel) = link.idle.pop() {
+            if channel.status().connected() {
+                return Ok(channel);
+            }
         }
-        link.channel = None;
         if !link.connection.as_ref().is_some_and(|connection| connection.status().connected()) {
             link.connection = None;
             if let Some(next_attempt) = link.next_attempt {
@@ -150,7 +159,6 @@ impl RabbitSender {
             .confirm_select(ConfirmSelectOptions::default())
             .await
             .map_err(|error| broker("enabling publisher confirms", error))?;
-        link.channel = Some(channel.clone());
         Ok(channel)
     }
 
@@ -173,37 +181,37 @@ impl RabbitSender {
         }
     }
 
-    /// Drops `channel` if it is still the current one, so the next batch opens a fresh one.
-    async fn discard(&self, channel: &Channel) {
-        discard(&self.link, channel).await;
-    }
-}
-
-/// Drops `channel` from `link` if it is still the current one.
-async fn discard(link: &Mutex<Link>, channel: &Channel) {
-    link.lock().await.forget(channel);
-}
-
-impl Link {
-    /// Drops `channel` if it is still the current one.
-    fn forget(&mut self, channel: &Channel) {
-        if self.channel.as_ref().is_some_and(|current| current.id() == channel.id()) {
-            self.channel = None;
+    /// Keeps `channel` for a later batch; only a channel whose every confirm came in is given back,
+    /// so no answer to this batch can reach the next one.
+    async fn give_back(&self, channel: Channel) {
+        let mut link = self.link.lock().await;
+        if channel.status().connected() && link.idle.len() < MAX_IDLE_CHANNELS {
+            link.idle.push(channel);
         }
     }
 }
 
-/// What the broker's confirm says about one message.
-fn confirmation_result(message: &OutboundMessage, confirmation: Confirmation) -> Result<(), SendError> {
-    match confirmation {
-        Confirmation::Ack(None) => Ok(()),
-        Confirmation::Ack(Some(returned)) => Err(Error::new(
+/// Why RabbitMQ gave a message back (`basic.return`): its reply code and text.
+type Returned = (u16, String);
+
+/// What the broker's confirm says about one message, once the returns of its whole batch are known:
+/// `returned` is the message's own return, found by its id, whichever confirm lapin handed it to.
+fn confirmation_result(
+    message: &OutboundMessage,
+    confirmation: &Confirmation,
+    returned: Option<&Returned>,
+) -> Result<(), SendError> {
+    if let Some((reply_code, reply_text)) = returned {
+        return Err(Error::new(
             ErrorKind::Broker,
             format!(
-                "message {} is unroutable: exchange '{}' has no queue bound for routing key '{}' ({} {})",
-                message.id, message.topic, message.event_type, returned.reply_code, returned.reply_text
+                "message {} is unroutable: exchange '{}' has no queue bound for routing key '{}' ({reply_code} {reply_text})",
+                message.id, message.topic, message.event_type
             ),
-        )),
+        ));
+    }
+    match confirmation {
+        Confirmation::Ack(_) => Ok(()),
         // RabbitMQ nacks when a queue refuses the message (e.g. `x-overflow: reject-publish`) or on
         // an internal error; both can clear up.
         Confirmation::Nack(_) => Err(Error::temporary(
@@ -217,6 +225,29 @@ fn confirmation_result(message: &OutboundMessage, confirmation: Confirmation) ->
     }
 }
 
+/// The returns carried by a batch's confirms, by the id of the message each one gives back, and
+/// whether one came back without an id (then no ack of the batch can be trusted).
+fn returns_by_id<'a>(
+    confirmations: impl Iterator<Item = &'a Confirmation>,
+) -> (HashMap<String, Returned>, bool) {
+    let mut returns = HashMap::new();
+    let mut anonymous = false;
+    for confirmation in confirmations {
+        if let Confirmation::Ack(Some(returned)) | Confirmation::Nack(Some(returned)) = confirmation {
+            match returned.properties.message_id() {
+                Some(id) => {
+                    returns.insert(
+                        id.as_str().to_owned(),
+                        (returned.reply_code, returned.reply_text.as_str().to_owned()),
+                    );
+                }
+                None => anonymous = true,
+            }
+        }
+    }
+    (returns, anonymous)
+}
+
 #[async_trait]
 impl Sender for RabbitSender {
     async fn send(&self, batch: &[OutboundMessage], deadline: Deadline) -> Vec<Result<(), SendError>> {
@@ -224,27 +255,14 @@ impl Sender for RabbitSender {
             return Vec::new();
         }
         let mut results: Vec<Option<Result<(), SendError>>> = (0..batch.len()).map(|_| None).collect();
-        let mut used = None;
-        if deadline.bound(self.publish_all(batch, &mut results, deadline, &mut used)).await.is_none() {
+        if deadline.bound(self.publish_all(batch, &mut results, deadline)).await.is_none() {
+            // The batch's channel is dropped with it, never given back: confirms that never came
+            // mean it cannot be trusted.
             tracing::warn!(
                 messages = batch.len(),
                 timeout = ?deadline.timeout(),
                 "RabbitMQ batch hit the emergency timeout"
             );
-            // Confirms that never came mean the channel cannot be trusted; the next batch opens a
-            // new one. In the background when another batch holds the link: the answers in hand
-            // must be returned now. Channel ids restart with each connection, so a late discard
-            // may drop a healthy channel of a new connection; that only costs the next batch a
-            // channel_open.
-            if let Some(channel) = used {
-                match self.link.try_lock() {
-                    Ok(mut link) => link.forget(&channel),
-                    Err(_) => {
-                        let link = self.link.clone();
-                        tokio::spawn(async move { discard(&link, &channel).await });
-                    }
-                }
-            }
         }
         unanswered_as_timeouts(results, batch, &deadline, "confirmed")
     }
@@ -256,21 +274,18 @@ impl Sender for RabbitSender {
 }
 
 impl RabbitSender {
-    /// Publishes every message without waiting in between, then collects the confirms; fills
-    /// `results` as outcomes become known so a timeout leaves only the unknown ones empty.
-    /// `used` is set to the channel as soon as there is one, for the caller to discard on a timeout.
+    /// Publishes every message on a channel of the batch's own without waiting in between, then
+    /// collects the confirms; fills `results` as outcomes become known, so a timeout leaves only
+    /// the unknown ones empty. An ack is known only when every confirm is in: until then, the
+    /// message's return may still sit with another message's confirm.
     async fn publish_all(
         &self,
         batch: &[OutboundMessage],
         results: &mut [Option<Result<(), SendError>>],
         deadline: Deadline,
-        used: &mut Option<Channel>,
     ) {
         let channel = match self.channel(deadline).await {
-            Ok(channel) => {
-                *used = Some(channel.clone());
-                channel
-            }
+            Ok(channel) => channel,
             Err(error) => {
                 let text = error.to_string();
                 let temporary = error.is_temporary();
@@ -320,26 +335,45 @@ impl RabbitSender {
                 }
             }
         }
+        let mut confirmed = Vec::with_capacity(batch.len());
         while let Some((index, outcome)) = confirms.next().await {
-            let message = &batch[index];
-            results[index] = Some(match outcome {
-                Ok(confirmation) => confirmation_result(message, confirmation),
+            match outcome {
+                Ok(confirmation) => confirmed.push((index, confirmation)),
                 Err(error) => {
                     channel_broken = true;
                     // lapin fails every pending confirm with the reason the channel closed (e.g.
                     // NOT_FOUND for a missing exchange), so nothing waits for a confirm that cannot come.
-                    Err(broker(
+                    results[index] = Some(Err(broker(
                         format!(
                             "message {} was not confirmed: the channel to '{}' closed",
-                            message.id, message.topic
+                            batch[index].id, batch[index].topic
                         ),
                         error,
-                    ))
+                    )));
                 }
+            }
+        }
+        let (mut returns, anonymous) = returns_by_id(confirmed.iter().map(|(_, confirmation)| confirmation));
+        for (index, confirmation) in &confirmed {
+            let message = &batch[*index];
+            results[*index] = Some(if anonymous {
+                Err(Error::temporary(
+                    ErrorKind::Broker,
+                    format!(
+                        "message {} may have been returned: RabbitMQ gave back a message without an id in its batch",
+                        message.id
+                    ),
+                ))
+            } else {
+                confirmation_result(message, confirmation, returns.remove(&message.id.to_string()).as_ref())
             });
         }
-        if channel_broken || !channel.status().connected() {
-            self.discard(&channel).await;
+        if !returns.is_empty() {
+            // Cannot happen on a channel of the batch's own; said loudly rather than trusted.
+            tracing::warn!(ids = ?returns.keys().collect::<Vec<_>>(), "RabbitMQ returned messages of no batch in flight");
+        }
+        if !channel_broken {
+            self.give_back(channel).await;
         }
     }
 }
@@ -364,9 +398,14 @@ mod tests {
     #[test]
     fn an_unroutable_or_refused_confirm_is_a_failure() {
         let message = oncebox_testkit::sender_suite::test_message("orders", 0);
-        assert!(confirmation_result(&message, Confirmation::Ack(None)).is_ok());
-        assert!(confirmation_result(&message, Confirmation::Nack(None)).is_err());
-        assert!(confirmation_result(&message, Confirmation::NotRequested).is_err());
+        let returned = (312, "NO_ROUTE".to_owned());
+        assert!(confirmation_result(&message, &Confirmation::Ack(None), None).is_ok());
+        assert!(
+            confirmation_result(&message, &Confirmation::Ack(None), Some(&returned))
+                .is_err_and(|error| !error.is_temporary())
+        );
+        assert!(confirmation_result(&message, &Confirmation::Nack(None), None).is_err());
+        assert!(confirmation_result(&message, &Confirmation::NotRequested, None).is_err());
         let mut long = message.clone();
         long.topic = "x".repeat(300);
         assert!(prepare(&long).is_err_and(|error| error.kind() == ErrorKind::InvalidInput));

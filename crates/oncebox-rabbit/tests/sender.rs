@@ -9,14 +9,15 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use lapin::options::{
-    BasicConsumeOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions,
+    BasicConsumeOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions,
+    QueueDeclareOptions, QueueDeleteOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{Channel, Connection, ExchangeKind};
-use oncebox_core::{Deadline, ErrorKind, Result, Sender};
+use oncebox_core::{Deadline, ErrorKind, OutboundMessage, Result, Sender};
 use oncebox_rabbit::{RabbitSender, RabbitSenderConfig};
 use oncebox_testkit::case;
-use oncebox_testkit::runner::{Case, Suite, TestResult, fail, server_missing};
+use oncebox_testkit::runner::{Case, Failed, Suite, TestResult, fail, server_missing};
 use oncebox_testkit::sender_suite::{self, ReceivedMessage, SenderHarness, TestConsumer, test_message};
 
 use support::{amqp_url, close_connections_named, fresh_name, header_text, plumbing, raw_channel};
@@ -254,8 +255,121 @@ async fn the_sender_recovers_after_its_connection_is_closed(harness: Arc<RabbitH
     Ok(())
 }
 
+/// Messages per `send` in the mixed-routing case: enough that RabbitMQ coalesces confirms
+/// (`multiple=true` acks) and returns interleave with them.
+const MIXED_BATCH: usize = 400;
+/// Rounds of each shape in the mixed-routing case; a wrong pairing showed within one or two.
+const MIXED_ROUNDS: usize = 5;
+
+/// A batch of `MIXED_BATCH` messages alternating event types `a` (routable) and `b` (unroutable).
+fn mixed_batch(exchange: &str) -> Vec<OutboundMessage> {
+    (0..MIXED_BATCH)
+        .map(|index| {
+            let mut message = test_message(exchange, index);
+            message.event_type = if index % 2 == 0 { "a" } else { "b" }.to_owned();
+            message
+        })
+        .collect()
+}
+
+/// Checks that every `a` message was confirmed and every `b` one failed as unroutable; returns how
+/// many were confirmed.
+fn check_mixed(
+    batch: &[OutboundMessage],
+    results: &[std::result::Result<(), oncebox_core::SendError>],
+) -> Result<usize, Failed> {
+    assert_eq!(results.len(), batch.len(), "one result per message");
+    let mut wrong = Vec::new();
+    for (message, result) in batch.iter().zip(results) {
+        match (message.event_type.as_str(), result) {
+            ("a", Ok(())) => {}
+            ("b", Err(error))
+                if error.to_string().contains("unroutable")
+                    && error.to_string().contains(&message.id.to_string()) => {}
+            (event_type, result) => wrong.push(format!("{event_type} {}: {result:?}", message.id)),
+        }
+    }
+    if wrong.is_empty() {
+        Ok(batch.len() / 2)
+    } else {
+        Err(fail(format!(
+            "{} of {} results belong to another message, e.g. {:?}",
+            wrong.len(),
+            batch.len(),
+            &wrong[..wrong.len().min(3)]
+        )))
+    }
+}
+
+async fn each_returned_message_fails_itself_and_no_other(harness: Arc<RabbitHarness>) -> TestResult {
+    let exchange = fresh_name("mixed");
+    let queue = fresh_name("mixed-a");
+    let (connection, channel) = raw_channel(&harness.url).await.map_err(fail)?;
+    channel
+        .exchange_declare(
+            short(&exchange).map_err(fail)?,
+            ExchangeKind::Direct,
+            ExchangeDeclareOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .map_err(fail)?;
+    channel
+        .queue_declare(short(&queue).map_err(fail)?, QueueDeclareOptions::default(), FieldTable::default())
+        .await
+        .map_err(fail)?;
+    channel
+        .queue_bind(
+            short(&queue).map_err(fail)?,
+            short(&exchange).map_err(fail)?,
+            short("a").map_err(fail)?,
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .map_err(fail)?;
+    let sender = harness.sender(&exchange).await.map_err(fail)?;
+    let mut routed = 0;
+    let outcome = async {
+        for _ in 0..MIXED_ROUNDS {
+            let batch = mixed_batch(&exchange);
+            routed += check_mixed(&batch, &sender.send(&batch, Deadline::after(EMERGENCY_TIMEOUT)).await)?;
+        }
+        for _ in 0..MIXED_ROUNDS {
+            let (first, second) = (mixed_batch(&exchange), mixed_batch(&exchange));
+            let (first_results, second_results) = tokio::join!(
+                sender.send(&first, Deadline::after(EMERGENCY_TIMEOUT)),
+                sender.send(&second, Deadline::after(EMERGENCY_TIMEOUT))
+            );
+            routed += check_mixed(&first, &first_results)?;
+            routed += check_mixed(&second, &second_results)?;
+        }
+        let held = channel
+            .queue_declare(
+                short(&queue).map_err(fail)?,
+                QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() },
+                FieldTable::default(),
+            )
+            .await
+            .map_err(fail)?
+            .message_count() as usize;
+        assert_eq!(held, routed, "the queue holds exactly the confirmed messages");
+        Ok::<(), Failed>(())
+    }
+    .await;
+    sender.close().await.map_err(fail)?;
+    channel.queue_delete(short(&queue).map_err(fail)?, QueueDeleteOptions::default()).await.map_err(fail)?;
+    delete_exchange(&channel, &exchange).await.map_err(fail)?;
+    drop(connection);
+    outcome
+}
+
 fn rabbit_cases() -> Vec<Case<RabbitHarness>> {
     vec![
+        case!(
+            "each_returned_message_fails_itself_and_no_other",
+            each_returned_message_fails_itself_and_no_other
+        ),
         case!(
             "an_exchange_without_queues_fails_the_event_as_unroutable",
             an_exchange_without_queues_fails_the_event_as_unroutable

@@ -1,1 +1,0 @@
-DELETE FROM {consumed} WHERE consumer = ?1 AND id = ?2
