@@ -28,11 +28,17 @@
 //! `ONCEBOX_MYSQL_URL` (SQLite needs none: its file is named by the table prefix), and
 //! `ONCEBOX_AMQP_URL` or `ONCEBOX_KAFKA_BOOTSTRAP`.
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use oncebox::{Config, Consumed, Error, ErrorKind, Lifecycle, Oncebox, Result, StatsSnapshot};
+use oncebox::config::TransportKind;
+use oncebox::{
+    Config, Consumed, Deadline, Error, ErrorKind, Lifecycle, Oncebox, OutboundMessage, Result, SendError,
+    Sender, StatsSnapshot,
+};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -45,6 +51,26 @@ use crate::{
 /// The variable that makes `chaos_consumer` apply effects without the inbox (`1`), so that the
 /// ledger can be shown to catch double effects.
 pub const BROKEN_VARIABLE: &str = "ONCEBOX_CHAOS_BROKEN";
+
+/// The variable that makes `chaos_relay` mark a share of its events PROCESSED without sending
+/// them (`1`; the events [`dropped_by_a_broken_relay`] names), so that the ledger can be shown to
+/// catch lost events.
+pub const DROP_SENDS_VARIABLE: &str = "ONCEBOX_CHAOS_DROP_SENDS";
+
+/// A broken relay drops one event in this many.
+const DROP_ONE_IN: u128 = 8;
+
+/// Whether a relay started with [`DROP_SENDS_VARIABLE`] drops event `id`: decided by the id alone
+/// (its random low bits), so that every relay process drops the same events, and the harness
+/// knows which ones the ledger must report lost.
+pub fn dropped_by_a_broken_relay(id: Uuid) -> bool {
+    id.as_u128().is_multiple_of(DROP_ONE_IN)
+}
+
+/// How long the deliberately broken consumer waits between its effect and its acknowledgement:
+/// the window in which a consumer killed has applied an event the broker will deliver again, which
+/// every consumer has, widened so that the consumer kills of a short run meet it.
+const BROKEN_ACKNOWLEDGES_AFTER: Duration = Duration::from_millis(50);
 
 /// How often a relay replaces its stats file.
 const STATS_EVERY: Duration = Duration::from_millis(200);
@@ -196,18 +222,24 @@ fn missing_variable(variable: &str) -> Error {
 
 /// The relay process: an `Oncebox` engine on the file's dialect and broker, running until
 /// SIGTERM (or the end of standard input), replacing its stats file every 200 ms.
-pub async fn run_relay(file: &ChaosFile) -> Result<()> {
-    crate::with_pair!(file.chaos, relay(file))
+/// With `drop_sends`, the relay's sender answers the events [`dropped_by_a_broken_relay`] names
+/// as acknowledged without sending them, so their rows end PROCESSED and no consumer ever sees them.
+pub async fn run_relay(file: &ChaosFile, drop_sends: bool) -> Result<()> {
+    crate::with_pair!(file.chaos, relay(file, drop_sends))
 }
 
-async fn relay<S: Store, T: Transport>(file: &ChaosFile) -> Result<()> {
+async fn relay<S: Store, T: Transport>(file: &ChaosFile, drop_sends: bool) -> Result<()> {
     let names = file.names()?;
     if file.oncebox.outbox.is_none() {
         return Err(Error::config("oncebox.outbox", "a relay needs the outbox section"));
     }
+    let mut sender = transport::<T>()?.sender()?;
+    if drop_sends {
+        sender = Arc::new(DroppingSender { inner: sender });
+    }
     let outbox = Oncebox::builder(file.oncebox.clone())
         .dialect(store::<S>(&names)?.open().await?)
-        .sender_arc(transport::<T>()?.sender()?)
+        .sender_arc(sender)
         .start()
         .await?;
     let stats_path = RelayStats::path(&file.chaos.stats_dir, std::process::id());
@@ -230,6 +262,64 @@ async fn relay<S: Store, T: Transport>(file: &ChaosFile) -> Result<()> {
         return Err(Error::new(ErrorKind::Other, format!("the engine failed: {reason}")));
     }
     shutdown
+}
+
+/// The deliberately broken relay's sender: the events [`dropped_by_a_broken_relay`] names are
+/// answered as acknowledged and never sent; the others go to the real sender. Written without the
+/// `async_trait` macro (this crate does not depend on it): the signatures are the ones the macro
+/// gives the trait's methods.
+struct DroppingSender {
+    inner: Arc<dyn Sender>,
+}
+
+impl Sender for DroppingSender {
+    fn send<'s, 'b, 'f>(
+        &'s self,
+        batch: &'b [OutboundMessage],
+        deadline: Deadline,
+    ) -> Pin<Box<dyn Future<Output = Vec<Result<(), SendError>>> + Send + 'f>>
+    where
+        's: 'f,
+        'b: 'f,
+        Self: 'f,
+    {
+        Box::pin(async move {
+            let kept: Vec<OutboundMessage> =
+                batch.iter().filter(|message| !dropped_by_a_broken_relay(message.id)).cloned().collect();
+            let mut sent = self.inner.send(&kept, deadline).await.into_iter();
+            batch
+                .iter()
+                .map(|message| {
+                    if dropped_by_a_broken_relay(message.id) {
+                        Ok(())
+                    } else {
+                        sent.next().unwrap_or_else(|| {
+                            Err(plumbing(
+                                "the dropping sender",
+                                format!("no answer for event {}", message.id),
+                            ))
+                        })
+                    }
+                })
+                .collect()
+        })
+    }
+
+    fn adopt_emergency_timeout(&self, timeout: Duration) -> Result<()> {
+        self.inner.adopt_emergency_timeout(timeout)
+    }
+
+    fn transport(&self) -> Option<TransportKind> {
+        self.inner.transport()
+    }
+
+    fn flush<'s, 'f>(&'s self, timeout: Duration) -> Pin<Box<dyn Future<Output = Result<()>> + Send + 'f>>
+    where
+        's: 'f,
+        Self: 'f,
+    {
+        self.inner.flush(timeout)
+    }
 }
 
 /// The consumer process: a consumer-only oncebox (the inbox and its clean-up, no pollers) and
@@ -266,7 +356,8 @@ async fn consumer<S: Store, T: Transport>(file: &ChaosFile, broken: bool) -> Res
 /// right after loses nothing), applies the effect through the inbox ([`Store::apply`]: the inbox
 /// record and the effect row in one transaction), then notes the outcome on the delivery row.
 /// With `broken`, the effect row is written without any inbox check, so every redelivery applies
-/// it again.
+/// it again, and the handler returns (the listener acknowledges) only
+/// [`BROKEN_ACKNOWLEDGES_AFTER`] later, so a consumer kill most likely meets an applied event.
 pub async fn apply_event<S: Store>(
     dialect: &S::Dialect,
     inbox: &StoreInbox<S>,
@@ -287,6 +378,9 @@ pub async fn apply_event<S: Store>(
         Consumed::Duplicate => "duplicate",
     };
     S::note_delivery(dialect, deliveries, &delivery, label).await?;
+    if broken {
+        tokio::time::sleep(BROKEN_ACKNOWLEDGES_AFTER).await;
+    }
     Ok(outcome)
 }
 

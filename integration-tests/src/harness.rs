@@ -31,7 +31,9 @@ use std::time::{Duration, Instant};
 use oncebox::{Dialect, Publisher, Result};
 use uuid::Uuid;
 
-use crate::chaos::{BROKEN_VARIABLE, Broker, Database, RelayStats};
+use crate::chaos::{
+    BROKEN_VARIABLE, Broker, DROP_SENDS_VARIABLE, Database, RelayStats, dropped_by_a_broken_relay,
+};
 use crate::servers::{PrivateKafka, PrivateMariadb, PrivatePostgres, RabbitApp};
 use crate::{EVENT_TYPE, Ledger, Names, Order, Placed, Store, Transport, copies_of, fresh_name, plumbing};
 
@@ -185,13 +187,27 @@ pub struct Binaries {
     pub consumer: PathBuf,
 }
 
+/// A deliberate defect given to a run's processes, to show that the ledger catches it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Sabotage {
+    /// None: the ledger must balance.
+    #[default]
+    None,
+    /// The consumers apply effects without the inbox ([`BROKEN_VARIABLE`]): the ledger must
+    /// report double effects.
+    ConsumerWithoutInbox,
+    /// The relays mark one event in eight PROCESSED without sending it ([`DROP_SENDS_VARIABLE`],
+    /// [`dropped_by_a_broken_relay`]): the ledger must report exactly those events lost.
+    RelayDropsSends,
+}
+
 /// One run's choices besides the profile.
 #[derive(Debug, Clone)]
 pub struct Options {
     /// The fault schedule's seed.
     pub seed: u64,
-    /// Consumers apply effects without the inbox, so the ledger must show double effects.
-    pub broken: bool,
+    /// The defect the run is given, if any.
+    pub sabotage: Sabotage,
     /// The process binaries.
     pub binaries: Binaries,
 }
@@ -232,6 +248,9 @@ pub struct Report {
     pub failed_transactions: usize,
     /// Copies of delivered events re-published after the recovery.
     pub copies: usize,
+    /// Committed events that relays sabotaged with [`Sabotage::RelayDropsSends`] never sent (0 in
+    /// any other run): the ledger must report exactly these lost.
+    pub dropped_by_relays: usize,
     /// What the profile asked for that this pair could not do, said out loud.
     pub notes: Vec<String>,
     /// How long the run took, set-up and teardown included.
@@ -291,6 +310,13 @@ impl Report {
             self.copies,
             self.relays.len(),
         );
+        if self.dropped_by_relays > 0 {
+            let _ = write!(
+                text,
+                "\nSABOTAGED: the relays marked {} committed events PROCESSED without sending them",
+                self.dropped_by_relays
+            );
+        }
         for note in &self.notes {
             let _ = write!(text, "\nNOT RUN: {note}");
         }
@@ -435,8 +461,7 @@ async fn run_pair<S: Store, T: Transport>(
     let dialect = store.open().await?;
 
     let driven =
-        drive::<S, T>(profile, options.seed, &run, &store, &transport, &dialect, &mut fleet, &mut servers)
-            .await;
+        drive::<S, T>(profile, options, &run, &store, &transport, &dialect, &mut fleet, &mut servers).await;
 
     let failed = driven.is_err();
     drop(fleet);
@@ -643,7 +668,7 @@ fn schedule(
 struct Fleet {
     config: PathBuf,
     logs: PathBuf,
-    broken: bool,
+    sabotage: Sabotage,
     binaries: Binaries,
     variables: Vec<(&'static str, String)>,
     relays: Vec<Option<Child>>,
@@ -663,7 +688,7 @@ impl Fleet {
         Self {
             config,
             logs,
-            broken: options.broken,
+            sabotage: options.sabotage,
             binaries: options.binaries.clone(),
             variables,
             relays: (0..relays).map(|_| None).collect(),
@@ -697,9 +722,15 @@ impl Fleet {
             File::create(&log).map_err(|error| plumbing(&format!("creating {}", log.display()), error))?;
         let mut command = Command::new(&binary);
         command.arg("--config").arg(&self.config).stdin(Stdio::piped()).stdout(Stdio::null()).stderr(stderr);
-        command.env_remove(BROKEN_VARIABLE);
-        if self.broken && role == Role::Consumer {
-            command.env(BROKEN_VARIABLE, "1");
+        command.env_remove(BROKEN_VARIABLE).env_remove(DROP_SENDS_VARIABLE);
+        match (self.sabotage, role) {
+            (Sabotage::ConsumerWithoutInbox, Role::Consumer) => {
+                command.env(BROKEN_VARIABLE, "1");
+            }
+            (Sabotage::RelayDropsSends, Role::Relay) => {
+                command.env(DROP_SENDS_VARIABLE, "1");
+            }
+            _ => {}
         }
         for (variable, value) in &self.variables {
             command.env(variable, value);
@@ -870,7 +901,7 @@ impl Published {
 #[allow(clippy::too_many_arguments)]
 async fn drive<S: Store, T: Transport>(
     profile: &Profile,
-    seed: u64,
+    options: &Options,
     run: &Run,
     store: &S,
     transport: &T,
@@ -878,7 +909,7 @@ async fn drive<S: Store, T: Transport>(
     fleet: &mut Fleet,
     servers: &mut Servers,
 ) -> Result<Report> {
-    let names = &run.names;
+    let (names, seed) = (&run.names, options.seed);
     transport.prepare(names).await?;
     store.create_business_tables(dialect, names).await?;
     S::create_deliveries_table(dialect, &run.deliveries).await?;
@@ -945,7 +976,13 @@ async fn drive<S: Store, T: Transport>(
     let resolved_committed = published.resolve_in_doubt(&present);
 
     // Recovery: every committed event applied and every outbox row settled, as long as either
-    // keeps growing.
+    // keeps growing. Events a sabotaged relay dropped never arrive: the ledger must find them lost.
+    let awaited: Vec<String> = published
+        .committed
+        .keys()
+        .filter(|id| options.sabotage != Sabotage::RelayDropsSends || !dropped_by_a_broken_relay(**id))
+        .map(Uuid::to_string)
+        .collect();
     let recovered = wait_while_progressing(|| async {
         let effects = S::effects(dialect, names).await?;
         let applied: HashSet<&str> = effects.iter().map(|(id, _)| id.as_str()).collect();
@@ -953,8 +990,7 @@ async fn drive<S: Store, T: Transport>(
         let settled: i64 =
             statuses.iter().filter(|(status, _)| status == "PROCESSED").map(|(_, count)| count).sum();
         let all_settled = statuses.iter().all(|(status, _)| status == "PROCESSED");
-        let done =
-            all_settled && published.committed.keys().all(|id| applied.contains(id.to_string().as_str()));
+        let done = all_settled && awaited.iter().all(|id| applied.contains(id.as_str()));
         Ok((done, (effects.len(), settled)))
     })
     .await;
@@ -970,6 +1006,7 @@ async fn drive<S: Store, T: Transport>(
         in_doubt: (in_doubt, resolved_committed),
         failed_transactions: published.failed,
         copies,
+        dropped_by_relays: published.committed.len() - awaited.len(),
         notes: Vec::new(),
         elapsed: Duration::ZERO,
     };
@@ -990,19 +1027,23 @@ async fn drive<S: Store, T: Transport>(
         ));
     }
 
-    // Copies of delivered events straight to the broker, as after a lost acknowledgement.
+    // Copies of delivered events straight to the broker, as after a lost acknowledgement (none
+    // when relays drop events: a copy would deliver a dropped one).
     let before = finished::<S>(dialect, &run.deliveries).await?;
-    let copies = copies_of(&published.committed, &names.destination, profile.copies)?;
-    transport.republish(&copies).await?;
-    wait_while_progressing(|| async {
-        let now = finished::<S>(dialect, &run.deliveries).await?;
-        let handled =
-            copies.iter().filter(|copy| now.get(&copy.id.to_string()) > before.get(&copy.id.to_string()));
-        let handled = handled.count();
-        Ok((handled == copies.len(), (handled, 0)))
-    })
-    .await?;
-    fleet.check_alive()?;
+    let count = if options.sabotage == Sabotage::RelayDropsSends { 0 } else { profile.copies };
+    let copies = copies_of(&published.committed, &names.destination, count)?;
+    if !copies.is_empty() {
+        transport.republish(&copies).await?;
+        wait_while_progressing(|| async {
+            let now = finished::<S>(dialect, &run.deliveries).await?;
+            let handled =
+                copies.iter().filter(|copy| now.get(&copy.id.to_string()) > before.get(&copy.id.to_string()));
+            let handled = handled.count();
+            Ok((handled == copies.len(), (handled, 0)))
+        })
+        .await?;
+        fleet.check_alive()?;
+    }
 
     let ledger = read_ledger::<S>(dialect, run, &published).await?;
     Ok(report(ledger, RelayStats::read_all(&run.dir)?, copies.len(), fleet.faults))

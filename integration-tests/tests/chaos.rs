@@ -9,37 +9,58 @@
 //!     passes only with nothing lost, no double effect, no rolled-back event delivered and no
 //!     outbox row left unsettled;
 //!   * `chaos::broken_consumer_is_caught` — a shorter run whose consumers apply effects without
-//!     the inbox (`ONCEBOX_CHAOS_BROKEN=1`); passes only when the ledger reports double effects.
+//!     the inbox (`ONCEBOX_CHAOS_BROKEN=1`) and no copies are re-published, so only the faults
+//!     redeliver; passes only when the ledger reports double effects;
+//!   * `chaos::dropping_relay_is_caught` — a shorter run whose relays mark one event in eight
+//!     PROCESSED without sending it (`ONCEBOX_CHAOS_DROP_SENDS=1`); passes only when the ledger
+//!     fails with exactly those events lost.
 //!
 //!   `ONCEBOX_CHAOS_SEED=<seed>` replays a fault schedule.
 //! * with a profile, as a command (what `.ci/run` does with `quick`):
 //!
 //!   ```sh
-//!   cargo test -p oncebox-integration-tests --test chaos -- --profile quick [--pairs postgres-kafka,…] [--seed N] [--broken]
+//!   cargo test -p oncebox-integration-tests --test chaos -- --profile quick [--pairs postgres-kafka,…] [--seed N] [--broken | --drop-sends]
 //!   ```
 //!
 //!   runs the profile's pairs one after the other, prints each ledger and a table of all, and
 //!   exits non-zero when any pair loses, doubles, delivers a rolled-back event or leaves a row
-//!   unsettled (with `--broken`: when any pair shows no double effect).
+//!   unsettled (with `--broken`: when any pair shows no double effect; with `--drop-sends`: when
+//!   any pair loses nothing).
 
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use oncebox_integration_tests::chaos::{Broker, Database};
+use oncebox_integration_tests::chaos::{Broker, Database, dropped_by_a_broken_relay};
 use oncebox_integration_tests::harness::{
-    self, Binaries, Options, Pair, Profile, Report, SMOKE, required_variables, seed_from_env,
+    self, Binaries, Options, Pair, Profile, Report, SMOKE, Sabotage, required_variables, seed_from_env,
 };
 use oncebox_testkit::case;
 use oncebox_testkit::runner::{Case, Suite, TestResult, fail, server_missing};
 
-/// The broken-consumer case: long enough for redeliveries to happen, short enough to be cheap.
+/// The broken-consumer case: the faults alone must redeliver (no copies are re-published). The
+/// rate keeps the two consumers, which acknowledge 50 ms after their effect, about busy, so each
+/// consumer kill most likely meets an applied but unacknowledged event.
 const BROKEN: Profile = Profile {
     name: "broken",
     window: Duration::from_secs(15),
-    relay_kills: 3,
-    consumer_kills: 1,
+    transactions_per_second: 30,
+    relay_kills: 2,
+    consumer_kills: 3,
     relay_stops: 1,
+    copies: 0,
+    ..SMOKE
+};
+
+/// The dropping-relay case: a few hundred events, a relay kill and a consumer kill so the drop is
+/// met under faults, no copies (a copy would deliver a dropped event).
+const DROPPING: Profile = Profile {
+    name: "dropping",
+    window: Duration::from_secs(8),
+    relay_kills: 1,
+    consumer_kills: 1,
+    relay_stops: 0,
+    copies: 0,
     ..SMOKE
 };
 
@@ -63,7 +84,7 @@ fn missing_variable(pair: Pair, profile: &Profile) -> Option<&'static str> {
 async fn case_run(
     case: &str,
     profile: &Profile,
-    broken: bool,
+    sabotage: Sabotage,
 ) -> Result<Option<Report>, oncebox_testkit::runner::Failed> {
     if let Some(variable) = missing_variable(POSTGRES_RABBIT, profile) {
         return if server_missing(case, variable) == ExitCode::SUCCESS {
@@ -74,14 +95,14 @@ async fn case_run(
     }
     let seed = seed_from_env().map_err(fail)?;
     eprintln!("{case}: seed {seed} (replay with ONCEBOX_CHAOS_SEED={seed})");
-    let options = Options { seed, broken, binaries: binaries() };
+    let options = Options { seed, sabotage, binaries: binaries() };
     let report = harness::run(POSTGRES_RABBIT, profile, &options).await.map_err(fail)?;
     eprintln!("{case}:\n{}", report.text());
     Ok(Some(report))
 }
 
 async fn smoke(_: Arc<()>) -> TestResult {
-    let Some(report) = case_run("chaos::smoke", &SMOKE, false).await? else { return Ok(()) };
+    let Some(report) = case_run("chaos::smoke", &SMOKE, Sabotage::None).await? else { return Ok(()) };
     if report.ledger.holds() {
         Ok(())
     } else {
@@ -90,31 +111,66 @@ async fn smoke(_: Arc<()>) -> TestResult {
 }
 
 async fn broken_consumer_is_caught(_: Arc<()>) -> TestResult {
-    let Some(report) = case_run("chaos::broken_consumer_is_caught", &BROKEN, true).await? else {
+    let case = "chaos::broken_consumer_is_caught";
+    let Some(report) = case_run(case, &BROKEN, Sabotage::ConsumerWithoutInbox).await? else {
         return Ok(());
     };
-    if report.ledger.double_effects.is_empty() {
-        return Err(fail(format!(
-            "chaos::broken_consumer_is_caught (seed {}): the consumers ran without the inbox, yet the ledger shows no double effect",
-            report.seed
-        )));
-    }
-    Ok(())
+    judge(Sabotage::ConsumerWithoutInbox, &report)
+        .map_err(|why| fail(format!("{case} (seed {}): {why}", report.seed)))
 }
 
-/// The command form: `--profile <name> [--pairs a,b] [--seed N] [--broken]`.
+async fn dropping_relay_is_caught(_: Arc<()>) -> TestResult {
+    let case = "chaos::dropping_relay_is_caught";
+    let Some(report) = case_run(case, &DROPPING, Sabotage::RelayDropsSends).await? else {
+        return Ok(());
+    };
+    judge(Sabotage::RelayDropsSends, &report)
+        .map_err(|why| fail(format!("{case} (seed {}): {why}", report.seed)))
+}
+
+/// Whether `report` is what a run with `sabotage` must show: a balanced ledger without one; with
+/// one, a ledger that fails, and fails for the defect given.
+fn judge(sabotage: Sabotage, report: &Report) -> Result<(), String> {
+    let ledger = &report.ledger;
+    match sabotage {
+        Sabotage::None if ledger.holds() => Ok(()),
+        Sabotage::None => Err(ledger.violations()),
+        Sabotage::ConsumerWithoutInbox if ledger.double_effects.is_empty() => {
+            Err("the consumers ran without the inbox, yet the ledger shows no double effect".to_owned())
+        }
+        Sabotage::RelayDropsSends if ledger.holds() || ledger.lost.is_empty() => Err(format!(
+            "the relays dropped {} committed events, yet the ledger shows none lost ({})",
+            report.dropped_by_relays,
+            ledger.violations()
+        )),
+        Sabotage::RelayDropsSends
+            if ledger.lost.len() != report.dropped_by_relays
+                || !ledger.lost.iter().all(|id| dropped_by_a_broken_relay(*id)) =>
+        {
+            Err(format!(
+                "the relays dropped {} committed events, but the ledger reports {} others lost: {}",
+                report.dropped_by_relays,
+                ledger.lost.len(),
+                ledger.violations()
+            ))
+        }
+        Sabotage::ConsumerWithoutInbox | Sabotage::RelayDropsSends => Ok(()),
+    }
+}
+
+/// The command form: `--profile <name> [--pairs a,b] [--seed N] [--broken | --drop-sends]`.
 struct Command {
     profile: Profile,
     pairs: Vec<Pair>,
     seed: Option<u64>,
-    broken: bool,
+    sabotage: Sabotage,
 }
 
 impl Command {
     /// The command in `arguments`, `Ok(None)` when they carry no `--profile` (the test suite).
     fn parse(arguments: &[String]) -> Result<Option<Self>, String> {
         let mut profile = None;
-        let (mut pairs, mut seed, mut broken) = (None, None, false);
+        let (mut pairs, mut seed, mut sabotage) = (None, None, Sabotage::None);
         let mut rest = arguments.iter();
         while let Some(argument) = rest.next() {
             let mut value = |flag: &str| rest.next().cloned().ok_or_else(|| format!("{flag} needs a value"));
@@ -131,18 +187,19 @@ impl Command {
                     let text = value("--seed")?;
                     seed = Some(text.parse().map_err(|error| format!("--seed {text}: {error}"))?);
                 }
-                "--broken" => broken = true,
+                "--broken" => sabotage = Sabotage::ConsumerWithoutInbox,
+                "--drop-sends" => sabotage = Sabotage::RelayDropsSends,
                 _ => {}
             }
         }
         let Some(profile) = profile else {
-            return if pairs.is_some() || seed.is_some() || broken {
-                Err("--pairs, --seed and --broken need --profile smoke|quick|full".to_owned())
+            return if pairs.is_some() || seed.is_some() || sabotage != Sabotage::None {
+                Err("--pairs, --seed, --broken and --drop-sends need --profile smoke|quick|full".to_owned())
             } else {
                 Ok(None)
             };
         };
-        Ok(Some(Self { pairs: pairs.unwrap_or_else(|| profile.default_pairs()), profile, seed, broken }))
+        Ok(Some(Self { pairs: pairs.unwrap_or_else(|| profile.default_pairs()), profile, seed, sabotage }))
     }
 
     async fn run(self) -> ExitCode {
@@ -170,20 +227,11 @@ impl Command {
                 }
                 continue;
             }
-            let options = Options { seed, broken: self.broken, binaries: binaries() };
+            let options = Options { seed, sabotage: self.sabotage, binaries: binaries() };
             match harness::run(*pair, &self.profile, &options).await {
                 Ok(report) => {
                     eprintln!("{}\n", report.text());
-                    let judged = if self.broken {
-                        (!report.ledger.double_effects.is_empty())
-                            .then_some(())
-                            .ok_or_else(|| "no double effect from a consumer without the inbox".to_owned())
-                    } else if report.ledger.holds() {
-                        Ok(())
-                    } else {
-                        Err(report.ledger.violations())
-                    };
-                    if let Err(why) = judged {
+                    if let Err(why) = judge(self.sabotage, &report) {
                         failures.push(format!("{} (seed {seed}): {why}", pair.name()));
                     }
                     rows.push(report.row());
@@ -206,7 +254,11 @@ impl Command {
 }
 
 fn cases() -> Vec<Case<()>> {
-    vec![case!("smoke", smoke), case!("broken_consumer_is_caught", broken_consumer_is_caught)]
+    vec![
+        case!("smoke", smoke),
+        case!("broken_consumer_is_caught", broken_consumer_is_caught),
+        case!("dropping_relay_is_caught", dropping_relay_is_caught),
+    ]
 }
 
 fn main() -> ExitCode {
