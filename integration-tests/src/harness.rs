@@ -7,8 +7,8 @@
 //!
 //! * SIGKILL of a relay, restarted 0.2–1.5 s later;
 //! * SIGKILL of a consumer, restarted 0.3–2 s later;
-//! * SIGSTOP of a relay for [`STOP_FOR`], longer than the stuck threshold plus a recovery run, then
-//!   SIGCONT: its late settles must be refused;
+//! * SIGSTOP of a relay for [`Relaying::stop_for`], longer than the stuck threshold plus a recovery
+//!   run, then SIGCONT: its late settles must be refused;
 //! * a broker pause: RabbitMQ's application stopped and started again with `rabbitmqctl`, or a
 //!   private Kafka-protocol broker frozen with SIGSTOP and thawed;
 //! * a database restart: a private PostgreSQL cluster stopped with `pg_ctl -m immediate` (no
@@ -37,10 +37,44 @@ use crate::chaos::{
 use crate::servers::{PrivateKafka, PrivateMariadb, PrivatePostgres, RabbitApp};
 use crate::{EVENT_TYPE, Ledger, Names, Order, Placed, Store, Transport, copies_of, fresh_name, plumbing};
 
-/// `stuck-recovery.max-batch-processing-time` of a run.
-pub const STUCK_AFTER: Duration = Duration::from_secs(3);
-/// How long a stopped relay stays stopped: past the stuck threshold and the next recovery run.
-pub const STOP_FOR: Duration = Duration::from_secs(5);
+/// How long after the stuck threshold a stopped relay stays stopped: past the next recovery run
+/// (stuck recovery is polled every 0.5–1 s).
+const STOPPED_PAST_STUCK: Duration = Duration::from_secs(2);
+/// The engine's grace after a send's deadline (`SEND_OVERRUN_GRACE` of `oncebox-core`), for
+/// telling whether a profile's relays claim ahead.
+const SEND_OVERRUN_GRACE: Duration = Duration::from_secs(1);
+
+/// The relay settings of a profile that decide how it pipelines and recovers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Relaying {
+    /// `oncebox.outbox.sender.emergency-timeout`.
+    pub emergency_timeout: Duration,
+    /// `stuck-recovery.max-batch-processing-time`: a claimed row older than this is recovered.
+    pub stuck_after: Duration,
+}
+
+impl Relaying {
+    /// Claim-ahead off: the stuck threshold (3 s) is not longer than twice the emergency timeout
+    /// (1 s) plus the engine's grace, so each batch is claimed after the previous one was sent.
+    pub const SEQUENTIAL: Self =
+        Self { emergency_timeout: Duration::from_secs(1), stuck_after: Duration::from_secs(3) };
+    /// Claim-ahead on: the stuck threshold (10 s) is longer than twice the emergency timeout (1 s)
+    /// plus the engine's grace, so a draining poller claims the next batch while it sends one.
+    pub const CLAIMING_AHEAD: Self =
+        Self { emergency_timeout: Duration::from_secs(1), stuck_after: Duration::from_secs(10) };
+
+    /// Whether the engine claims ahead with these settings: the rule of `oncebox-core`'s engine
+    /// (docs/architecture.md), `max-batch-processing-time > 2 × (emergency-timeout + 1 s)`.
+    pub fn claims_ahead(&self) -> bool {
+        self.stuck_after > (self.emergency_timeout + SEND_OVERRUN_GRACE) * 2
+    }
+
+    /// How long a stopped relay stays stopped: past the stuck threshold and the next recovery run,
+    /// so its rows are recovered and re-sent and its late settles meet the claim-token fence.
+    pub fn stop_for(&self) -> Duration {
+        self.stuck_after + STOPPED_PAST_STUCK
+    }
+}
 /// The inbox consumer name of a run.
 const INBOX_CONSUMER: &str = "effects";
 /// Consumer processes of a run.
@@ -76,6 +110,8 @@ pub struct Profile {
     pub database_restarts: u64,
     /// Delivered events re-published straight to the broker after the recovery.
     pub copies: usize,
+    /// The relays' emergency timeout and stuck threshold, which switch claim-ahead on or off.
+    pub relaying: Relaying,
 }
 
 /// The run `cargo test --workspace` makes on the shared servers: process faults only, so nothing
@@ -91,6 +127,7 @@ pub const SMOKE: Profile = Profile {
     broker_pauses: 0,
     database_restarts: 0,
     copies: 20,
+    relaying: Relaying::SEQUENTIAL,
 };
 
 /// What `.ci/run` runs: about 20,000 events per pair, every kind of fault.
@@ -105,6 +142,7 @@ pub const QUICK: Profile = Profile {
     broker_pauses: 1,
     database_restarts: 1,
     copies: 50,
+    relaying: Relaying::CLAIMING_AHEAD,
 };
 
 /// The documented long run: about 100,000 events per pair, 20 relay kills, 3 broker restarts.
@@ -119,6 +157,7 @@ pub const FULL: Profile = Profile {
     broker_pauses: 3,
     database_restarts: 1,
     copies: 100,
+    relaying: Relaying::SEQUENTIAL,
 };
 
 impl Profile {
@@ -234,6 +273,8 @@ pub struct Report {
     pub pair: Pair,
     /// The profile's name.
     pub profile: &'static str,
+    /// The profile's relay settings.
+    pub relaying: Relaying,
     /// The seed of the fault schedule.
     pub seed: u64,
     /// The accounting.
@@ -289,7 +330,8 @@ impl Report {
         let acknowledged: u64 = self.relays.iter().map(|(_, stats)| stats.delivered).sum();
         let faults = self.faults;
         let mut text = format!(
-            "{} {} (seed {}, {:.0?}):\n{}\n{}\nfaults: {} relay kills, {} consumer kills, {} relay stops of {STOP_FOR:?}, \
+            "{} {} (seed {}, {:.0?}, claim-ahead {}: emergency timeout {:?}, stuck after {:?}):\n{}\n{}\n\
+             faults: {} relay kills, {} consumer kills, {} relay stops of {:?}, \
              {} broker pauses, {} database restarts; commits in doubt {} (committed {}), transactions failed \
              before commit {}; copies re-published {}; relay processes {}, events the broker acknowledged \
              {acknowledged}, rows recovered as stuck {recovered} (as each relay's stats file last had them)",
@@ -297,11 +339,15 @@ impl Report {
             self.pair.name(),
             self.seed,
             self.elapsed,
+            if self.relaying.claims_ahead() { "on" } else { "off" },
+            self.relaying.emergency_timeout,
+            self.relaying.stuck_after,
             Self::HEADER,
             self.row(),
             faults.relay_kills,
             faults.consumer_kills,
             faults.relay_stops,
+            self.relaying.stop_for(),
             faults.broker_pauses,
             faults.database_restarts,
             self.in_doubt.0,
@@ -455,7 +501,7 @@ async fn run_pair<S: Store, T: Transport>(
     };
     std::fs::create_dir_all(&run.dir).map_err(|error| plumbing("creating the run's directory", error))?;
     let config = run.dir.join("chaos.yaml");
-    std::fs::write(&config, run.config_text())
+    std::fs::write(&config, run.config_text(profile.relaying))
         .map_err(|error| plumbing("writing the run's configuration", error))?;
     let mut fleet = Fleet::new(config, run.dir.clone(), options, servers.variables.clone(), S::RELAYS);
     let dialect = store.open().await?;
@@ -503,13 +549,13 @@ struct Run {
 }
 
 impl Run {
-    fn config_text(&self) -> String {
+    fn config_text(&self, relaying: Relaying) -> String {
         format!(
             "oncebox:
   tables:
     prefix: {prefix}
   outbox:
-    sender: {{ emergency-timeout: 1s }}
+    sender: {{ emergency-timeout: {emergency_timeout}ms }}
     events:
       {EVENT_TYPE}:
         topic: {destination}
@@ -518,7 +564,7 @@ impl Run {
         backoff: {{ delay: 100ms, multiplier: 2, max-delay: 1s }}
         polling: {{ min-fixed-delay: 20ms, max-fixed-delay: 200ms }}
     stuck-recovery:
-      max-batch-processing-time: {stuck}s
+      max-batch-processing-time: {stuck}ms
       max-recoveries: 50
       polling: {{ initial-delay: 0s, min-fixed-delay: 500ms, max-fixed-delay: 1s }}
   inbox: {{}}
@@ -536,7 +582,8 @@ chaos:
 ",
             prefix = self.names.prefix,
             destination = self.names.destination,
-            stuck = STUCK_AFTER.as_secs(),
+            emergency_timeout = relaying.emergency_timeout.as_millis(),
+            stuck = relaying.stuck_after.as_millis(),
             database = self.pair.database.name(),
             broker = self.pair.broker.name(),
             orders = self.names.orders,
@@ -618,7 +665,7 @@ fn schedule(
 ) -> Vec<(Duration, Action)> {
     let mut rng = fastrand::Rng::with_seed(seed);
     let window = u64::try_from(profile.window.as_millis()).unwrap_or(u64::MAX);
-    let stop_for = u64::try_from(STOP_FOR.as_millis()).unwrap_or(u64::MAX);
+    let stop_for = u64::try_from(profile.relaying.stop_for().as_millis()).unwrap_or(u64::MAX);
     let mut plan: Vec<(u64, Action)> = Vec::new();
     let mut stops: Vec<(u64, u64, usize)> = Vec::new();
     for at in spread(&mut rng, window, profile.relay_stops, (100, 900), stop_for + 1_000) {
@@ -999,6 +1046,7 @@ async fn drive<S: Store, T: Transport>(
     let report = |ledger: Ledger, relays, copies, faults| Report {
         pair: run.pair,
         profile: profile.name,
+        relaying: profile.relaying,
         seed,
         ledger,
         relays,
@@ -1279,6 +1327,19 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    #[test]
+    fn quick_claims_ahead_and_smoke_and_full_do_not() {
+        assert!(QUICK.relaying.claims_ahead(), "quick runs with claim-ahead on");
+        assert!(!SMOKE.relaying.claims_ahead() && !FULL.relaying.claims_ahead());
+        // The boundary is strict, as in the engine: twice (1 s + 1 s of grace) is not enough.
+        let at_bound =
+            Relaying { emergency_timeout: Duration::from_secs(1), stuck_after: Duration::from_secs(4) };
+        assert!(!at_bound.claims_ahead());
+        for profile in [SMOKE, QUICK, FULL] {
+            assert!(profile.relaying.stop_for() > profile.relaying.stuck_after, "{}", profile.name);
         }
     }
 
