@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use oncebox_cache::{RedisCache, RedisCacheConfig};
 use oncebox_core::{
-    Consumed, ConsumedCache, Dialect, Error, Inbox, InboxDao, Result, SchemaPlan, async_trait,
+    Consumed, ConsumedCache, Dialect, Error, Inbox, InboxClaim, InboxDao, Result, SchemaPlan, async_trait,
 };
 use oncebox_sqlite::SqliteDialect;
 use oncebox_testkit::case;
@@ -173,8 +173,15 @@ impl InboxDao for CountingInbox {
     async fn record_many(&self, consumer: &str, ids: &[Uuid]) -> Result<Vec<Uuid>> {
         self.inner.record_many(consumer, ids).await
     }
-    async fn forget(&self, consumer: &str, id: Uuid) -> Result<bool> {
-        self.inner.forget(consumer, id).await
+    async fn claim(&self, consumer: &str, id: Uuid, lease: Duration) -> Result<InboxClaim> {
+        self.records.fetch_add(1, Ordering::SeqCst);
+        self.inner.claim(consumer, id, lease).await
+    }
+    async fn finish(&self, consumer: &str, id: Uuid, token: Uuid) -> Result<bool> {
+        self.inner.finish(consumer, id, token).await
+    }
+    async fn release(&self, consumer: &str, id: Uuid, token: Uuid) -> Result<bool> {
+        self.inner.release(consumer, id, token).await
     }
     async fn consumed(&self, consumer: &str, ids: &[Uuid]) -> Result<Vec<Uuid>> {
         self.inner.consumed(consumer, ids).await

@@ -380,9 +380,10 @@ impl<M: Send + 'static> Handlers<M> {
         self
     }
 
-    /// Handles `event_type` through `inbox` with [`Inbox::consume_once`]: the id is recorded,
-    /// then `effect` runs; a redelivered message is settled without running it again, and a
-    /// failed effect removes the record of the id so the retry runs it.
+    /// Handles `event_type` through `inbox` with [`Inbox::consume_once`]: the id is claimed, then
+    /// `effect` runs; a redelivered message is settled without running it again, one that arrives
+    /// while another delivery's effect runs waits and runs again later (without counting a failed
+    /// run), and a failed effect releases the claim so the retry runs it.
     #[must_use]
     pub fn on_once<T, W, F, Fut>(self, event_type: impl Into<String>, inbox: Inbox<W>, effect: F) -> Self
     where
@@ -690,35 +691,7 @@ mod tests {
         Ok(())
     }
 
-    /// An inbox whose records are kept in a set.
-    #[derive(Default)]
-    struct SetInbox(std::sync::Mutex<std::collections::HashSet<(String, Uuid)>>);
-
-    #[async_trait::async_trait]
-    impl crate::dao::InboxDao for SetInbox {
-        async fn record(&self, consumer: &str, id: Uuid) -> Result<bool> {
-            Ok(self.0.lock().is_ok_and(|mut set| set.insert((consumer.to_owned(), id))))
-        }
-        async fn record_many(&self, consumer: &str, ids: &[Uuid]) -> Result<Vec<Uuid>> {
-            let mut new = Vec::new();
-            for id in ids {
-                if self.record(consumer, *id).await? {
-                    new.push(*id);
-                }
-            }
-            Ok(new)
-        }
-        async fn forget(&self, consumer: &str, id: Uuid) -> Result<bool> {
-            Ok(self.0.lock().is_ok_and(|mut set| set.remove(&(consumer.to_owned(), id))))
-        }
-        async fn consumed(&self, consumer: &str, ids: &[Uuid]) -> Result<Vec<Uuid>> {
-            let set = self.0.lock().map(|set| set.clone()).unwrap_or_default();
-            Ok(ids.iter().copied().filter(|id| set.contains(&(consumer.to_owned(), *id))).collect())
-        }
-        async fn delete_older_than(&self, _older_than: std::time::Duration, _limit: u32) -> Result<u64> {
-            Ok(0)
-        }
-    }
+    use crate::inbox::memory::SetInbox;
 
     #[tokio::test]
     async fn on_once_with_decodes_with_the_deserializer_and_runs_the_effect_once_per_id() -> Result<()> {

@@ -94,14 +94,38 @@ pub trait InboxDao: Send + Sync {
     /// batch and would skip the effects of ids left recorded.
     async fn record_many(&self, consumer: &str, ids: &[Uuid]) -> Result<Vec<Uuid>>;
 
-    /// Removes a record (the non-transactional consumer's effect failed before it happened).
-    async fn forget(&self, consumer: &str, id: Uuid) -> Result<bool>;
+    /// Claims `(consumer, id)` for a non-transactional effect: a new record in flight under a
+    /// fresh token, or one whose holder's `lease` ran out on the database clock (the holder
+    /// crashed or stalled, so its effect may not have happened) taken over under a fresh token.
+    /// A record in flight within its lease is [`InboxClaim::Held`]; an applied one
+    /// [`InboxClaim::Done`].
+    async fn claim(&self, consumer: &str, id: Uuid, lease: Duration) -> Result<InboxClaim>;
 
-    /// Which of `ids` are already recorded for `consumer`.
+    /// Marks a claimed record applied; `false` when `token` no longer holds it (its lease ran out
+    /// and another delivery took it over).
+    async fn finish(&self, consumer: &str, id: Uuid, token: Uuid) -> Result<bool>;
+
+    /// Removes a claimed record after its effect failed, so the next delivery runs it; `false`
+    /// when `token` no longer holds it.
+    async fn release(&self, consumer: &str, id: Uuid, token: Uuid) -> Result<bool>;
+
+    /// Which of `ids` are recorded as applied for `consumer` (records in flight are not).
     async fn consumed(&self, consumer: &str, ids: &[Uuid]) -> Result<Vec<Uuid>>;
 
     /// Deletes up to `limit` records older than `older_than`, over all consumers.
     async fn delete_older_than(&self, older_than: Duration, limit: u32) -> Result<u64>;
+}
+
+/// What [`InboxDao::claim`] found for an event id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InboxClaim {
+    /// The id is this delivery's to apply now, under this token: finish or release it with it.
+    Taken(Uuid),
+    /// The effect was applied before: skip it.
+    Done,
+    /// Another delivery is applying it and its lease has not run out: run this one again later.
+    /// Never settle it as a duplicate: the holder's effect may still fail.
+    Held,
 }
 
 /// A ShedLock-style lease on a named job, shared by every instance through the database.

@@ -26,6 +26,9 @@ pub enum ErrorKind {
     Timeout,
     /// The engine is not in a state that allows the operation.
     Lifecycle,
+    /// Another delivery of the same event is being handled right now: nothing failed, and the
+    /// message runs again later (never settled as a duplicate, never counted as a failed run).
+    InFlight,
     /// Anything else.
     Other,
 }
@@ -41,6 +44,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::Decode => "decode error",
             ErrorKind::Timeout => "timeout",
             ErrorKind::Lifecycle => "lifecycle error",
+            ErrorKind::InFlight => "in flight elsewhere",
             ErrorKind::Other => "error",
         };
         f.write_str(name)

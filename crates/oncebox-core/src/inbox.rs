@@ -4,8 +4,12 @@
 //! * **transactional** ([`Inbox::consume_in`]) — the id is recorded in the caller's transaction
 //!   together with the effect, so both commit or neither does;
 //! * **non-transactional** ([`Inbox::consume_once`]) — for effects that cannot be undone (an
-//!   email): the id is recorded first, so a crash can miss an effect but never repeat it. When the
-//!   effect returns an error the record is removed again, so a redelivery tries it once more.
+//!   email): the id is claimed first, in flight under a lease, then marked applied after the
+//!   effect. A delivery that meets a claim in flight runs again later: the holder's effect may
+//!   still fail, and a failed effect removes the claim so the next delivery runs it. A claim whose
+//!   holder crashed or stalled past the lease is taken over, so a crash never loses an effect;
+//!   the effect of a holder that died after its effect but before marking it may then run again,
+//!   so the lease must outlast the longest effect ([`Inbox::with_lease`]).
 
 use std::collections::HashSet;
 use std::fmt;
@@ -13,8 +17,8 @@ use std::sync::Arc;
 
 use uuid::Uuid;
 
-use crate::dao::{InboxDao, InboxWriter};
-use crate::error::Error;
+use crate::dao::{InboxClaim, InboxDao, InboxWriter};
+use crate::error::{Error, ErrorKind};
 use crate::hooks::{ConsumedCache, InboxOutcome, NoCache, NoMetrics, OutboxMetrics};
 
 /// What a consume call did.
@@ -69,10 +73,15 @@ impl From<ConsumeError<Error>> for Error {
     }
 }
 
+/// How long a non-transactional claim holds an id before another delivery may take it over, unless
+/// [`Inbox::with_lease`] says otherwise.
+pub const DEFAULT_LEASE: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// One consumer's view of the inbox. Records are keyed by `(consumer, id)`, so two consumers in a
 /// service both handle the same event.
 pub struct Inbox<W> {
     consumer: Arc<str>,
+    lease: std::time::Duration,
     dao: Arc<dyn InboxDao>,
     writer: W,
     cache: Arc<dyn ConsumedCache>,
@@ -83,6 +92,7 @@ impl<W: Clone> Clone for Inbox<W> {
     fn clone(&self) -> Self {
         Self {
             consumer: self.consumer.clone(),
+            lease: self.lease,
             dao: self.dao.clone(),
             writer: self.writer.clone(),
             cache: self.cache.clone(),
@@ -102,6 +112,7 @@ impl<W> Inbox<W> {
     pub fn new(consumer: impl Into<String>, dao: Arc<dyn InboxDao>, writer: W) -> Self {
         Self {
             consumer: Arc::from(consumer.into()),
+            lease: DEFAULT_LEASE,
             dao,
             writer,
             cache: Arc::new(NoCache),
@@ -113,6 +124,16 @@ impl<W> Inbox<W> {
     #[must_use]
     pub fn with_cache(mut self, cache: Arc<dyn ConsumedCache>) -> Self {
         self.cache = cache;
+        self
+    }
+
+    /// How long a non-transactional claim ([`consume_once`](Self::consume_once)) holds an id
+    /// before another delivery takes it over as abandoned: longer than the longest effect, since
+    /// an effect still running past it may be run a second time; short enough that an event whose
+    /// consumer crashed mid-effect is not waited for too long. [`DEFAULT_LEASE`] by default.
+    #[must_use]
+    pub fn with_lease(mut self, lease: std::time::Duration) -> Self {
+        self.lease = lease;
         self
     }
 
@@ -256,13 +277,17 @@ impl<W> Inbox<W> {
         }
     }
 
-    /// Non-transactional consumption for effects that cannot be undone: records `id` first, then
-    /// runs `effect`. A crash after recording misses the effect; it is never repeated. If `effect`
-    /// returns an error the record is removed so a redelivery can try again.
+    /// Non-transactional consumption for effects that cannot be undone: claims `id` first (in
+    /// flight under the [lease](Self::with_lease)), runs `effect`, then marks the id applied. If
+    /// `effect` returns an error the claim is released so a redelivery runs it.
     ///
-    /// The cache is filled only after this call's effect succeeded. A "duplicate" answer is not
-    /// cached: the record may belong to a concurrent delivery whose effect is still running and may
-    /// fail and remove it, and a cached id would then skip the redelivery for good.
+    /// A delivery that meets a claim in flight gets [`ConsumeError::Inbox`] with
+    /// [`ErrorKind::InFlight`]: run it again later, never settle it as a duplicate, since the
+    /// holder's effect may still fail (a listener does this by itself). A claim whose lease ran
+    /// out is taken over: its holder crashed or stalled, and its effect may not have happened.
+    ///
+    /// The cache is filled only after this call's effect succeeded: an id answered as applied by
+    /// the database is cached too, but an id in flight never is.
     pub async fn consume_once<R, E, F>(&self, id: Uuid, effect: F) -> Result<Consumed<R>, ConsumeError<E>>
     where
         F: AsyncFnOnce() -> Result<R, E>,
@@ -271,32 +296,34 @@ impl<W> Inbox<W> {
             self.count(InboxOutcome::Duplicate, 1);
             return Ok(Consumed::Duplicate);
         }
-        let new = self.dao.record(&self.consumer, id).await.map_err(ConsumeError::Inbox)?;
-        if !new {
-            self.count(InboxOutcome::Duplicate, 1);
-            return Ok(Consumed::Duplicate);
-        }
+        let token = match self.dao.claim(&self.consumer, id, self.lease).await.map_err(ConsumeError::Inbox)? {
+            InboxClaim::Taken(token) => token,
+            InboxClaim::Done => {
+                self.cache.insert(&self.consumer, id).await;
+                self.count(InboxOutcome::Duplicate, 1);
+                return Ok(Consumed::Duplicate);
+            }
+            InboxClaim::Held => return Err(ConsumeError::Inbox(self.in_flight(id))),
+        };
         match effect().await {
             Ok(value) => {
+                self.finish(id, token).await;
                 self.cache.insert(&self.consumer, id).await;
                 self.count(InboxOutcome::Consumed, 1);
                 Ok(Consumed::Applied(value))
             }
             Err(error) => {
-                if let Err(forget_error) = self.dao.forget(&self.consumer, id).await {
-                    tracing::warn!(
-                        consumer = %self.consumer, %id, error = %forget_error,
-                        "could not remove the inbox record after a failed effect; a redelivery will be skipped"
-                    );
-                }
+                self.release(id, token).await;
                 self.count(InboxOutcome::Failed, 1);
                 Err(ConsumeError::Handler(error))
             }
         }
     }
 
-    /// Non-transactional batch consumption: records the ids, runs `effect` once with the new
-    /// messages in order. On an effect error the new records are removed again.
+    /// Non-transactional batch consumption: claims the ids, runs `effect` once with the new
+    /// messages in order, then marks them applied; on an effect error the claims are released.
+    /// When any id is in flight elsewhere, nothing runs: the claims taken are released and the
+    /// call fails with [`ErrorKind::InFlight`], so the whole batch is run again later.
     pub async fn consume_all_once<M, R, E, F>(
         &self,
         messages: Vec<M>,
@@ -307,11 +334,29 @@ impl<W> Inbox<W> {
         F: AsyncFnOnce(Vec<M>) -> Result<R, E>,
     {
         let ids: Vec<Uuid> = messages.iter().map(&id_of).collect();
-        if ids.is_empty() {
-            return Ok(Consumed::Duplicate);
+        let mut taken = Vec::new();
+        let mut held = None;
+        for id in distinct(&ids) {
+            match self.dao.claim(&self.consumer, id, self.lease).await {
+                Ok(InboxClaim::Taken(token)) => taken.push((id, token)),
+                Ok(InboxClaim::Done) => {}
+                Ok(InboxClaim::Held) => {
+                    held = Some(self.in_flight(id));
+                    break;
+                }
+                Err(error) => {
+                    held = Some(error);
+                    break;
+                }
+            }
         }
-        let new_ids = self.dao.record_many(&self.consumer, &ids).await.map_err(ConsumeError::Inbox)?;
-        let new: HashSet<Uuid> = new_ids.iter().copied().collect();
+        if let Some(error) = held {
+            for (id, token) in taken {
+                self.release(id, token).await;
+            }
+            return Err(ConsumeError::Inbox(error));
+        }
+        let new: HashSet<Uuid> = taken.iter().map(|(id, _)| *id).collect();
         let fresh = keep_new_in_order(messages, &id_of, &new);
         self.count(InboxOutcome::Duplicate, ids.len() - fresh.len());
         if fresh.is_empty() {
@@ -320,18 +365,59 @@ impl<W> Inbox<W> {
         let applied = fresh.len();
         match effect(fresh).await {
             Ok(value) => {
+                for (id, token) in taken {
+                    self.finish(id, token).await;
+                }
                 self.count(InboxOutcome::Consumed, applied);
                 Ok(Consumed::Applied(value))
             }
             Err(error) => {
-                for id in new_ids {
-                    if let Err(forget_error) = self.dao.forget(&self.consumer, id).await {
-                        tracing::warn!(consumer = %self.consumer, %id, error = %forget_error, "could not remove inbox record");
-                    }
+                for (id, token) in taken {
+                    self.release(id, token).await;
                 }
                 self.count(InboxOutcome::Failed, applied);
                 Err(ConsumeError::Handler(error))
             }
+        }
+    }
+
+    /// The error of a delivery that met `id` in flight elsewhere.
+    fn in_flight(&self, id: Uuid) -> Error {
+        Error::temporary(
+            ErrorKind::InFlight,
+            format!(
+                "event {id} is being applied by another delivery to consumer '{}'; this one runs again later",
+                self.consumer
+            ),
+        )
+    }
+
+    /// Marks a claim applied after its effect. When the claim is gone (its lease ran out and
+    /// another delivery took it over) or the mark fails, the effect has still happened: the record
+    /// stays in flight and is taken over after the lease, which may run the effect again, so
+    /// that is said loudly.
+    async fn finish(&self, id: Uuid, token: Uuid) {
+        match self.dao.finish(&self.consumer, id, token).await {
+            Ok(true) => {}
+            Ok(false) => tracing::warn!(
+                consumer = %self.consumer, %id, lease = ?self.lease,
+                "the effect outlasted the inbox lease and another delivery took the claim over: the effect may run twice; raise the lease"
+            ),
+            Err(error) => tracing::warn!(
+                consumer = %self.consumer, %id, %error,
+                "could not mark the applied effect in the inbox; after the lease a redelivery may run it again"
+            ),
+        }
+    }
+
+    /// Releases a claim after its effect failed, so the next delivery runs it. When that fails,
+    /// the claim is taken over after the lease instead: later, never lost.
+    async fn release(&self, id: Uuid, token: Uuid) {
+        if let Err(error) = self.dao.release(&self.consumer, id, token).await {
+            tracing::warn!(
+                consumer = %self.consumer, %id, %error, lease = ?self.lease,
+                "could not release the inbox claim after a failed effect; a redelivery takes it over after the lease"
+            );
         }
     }
 
@@ -372,6 +458,102 @@ pub fn in_input_order(ids: &[Uuid], mut found: HashSet<Uuid>) -> Vec<Uuid> {
     ids.iter().copied().filter(|id| found.remove(id)).collect()
 }
 
+/// An inbox kept in memory, for the unit tests of this crate.
+#[cfg(test)]
+pub(crate) mod memory {
+    use std::collections::{HashMap, HashSet};
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use async_trait::async_trait;
+    use uuid::Uuid;
+
+    use crate::dao::{InboxClaim, InboxDao};
+    use crate::error::Result;
+
+    /// Applied records in a set, claims in flight by token. A claim's lease is over only when it
+    /// is zero: the tests take over by asking with no lease.
+    #[derive(Default)]
+    pub(crate) struct SetInbox {
+        pub(crate) committed: Mutex<HashSet<(String, Uuid)>>,
+        claims: Mutex<HashMap<(String, Uuid), Uuid>>,
+    }
+
+    impl SetInbox {
+        /// Whether `id` is recorded as applied for `consumer`.
+        pub(crate) fn has(&self, consumer: &str, id: Uuid) -> bool {
+            self.committed.lock().is_ok_and(|c| c.contains(&(consumer.to_owned(), id)))
+        }
+
+        /// Whether `id` is claimed and in flight for `consumer`.
+        pub(crate) fn in_flight(&self, consumer: &str, id: Uuid) -> bool {
+            self.claims.lock().is_ok_and(|c| c.contains_key(&(consumer.to_owned(), id)))
+        }
+
+        fn holds(&self, consumer: &str, id: Uuid, token: Uuid) -> bool {
+            self.claims.lock().is_ok_and(|c| c.get(&(consumer.to_owned(), id)) == Some(&token))
+        }
+
+        fn drop_claim(&self, consumer: &str, id: Uuid) {
+            if let Ok(mut claims) = self.claims.lock() {
+                claims.remove(&(consumer.to_owned(), id));
+            }
+        }
+    }
+
+    #[async_trait]
+    impl InboxDao for SetInbox {
+        async fn record(&self, consumer: &str, id: Uuid) -> Result<bool> {
+            if self.in_flight(consumer, id) {
+                return Ok(false);
+            }
+            Ok(self.committed.lock().is_ok_and(|mut c| c.insert((consumer.to_owned(), id))))
+        }
+        async fn record_many(&self, consumer: &str, ids: &[Uuid]) -> Result<Vec<Uuid>> {
+            let mut new = Vec::new();
+            for id in ids {
+                if self.record(consumer, *id).await? {
+                    new.push(*id);
+                }
+            }
+            Ok(new)
+        }
+        async fn claim(&self, consumer: &str, id: Uuid, lease: Duration) -> Result<InboxClaim> {
+            if self.has(consumer, id) {
+                return Ok(InboxClaim::Done);
+            }
+            if self.in_flight(consumer, id) && !lease.is_zero() {
+                return Ok(InboxClaim::Held);
+            }
+            let token = Uuid::new_v4();
+            if let Ok(mut claims) = self.claims.lock() {
+                claims.insert((consumer.to_owned(), id), token);
+            }
+            Ok(InboxClaim::Taken(token))
+        }
+        async fn finish(&self, consumer: &str, id: Uuid, token: Uuid) -> Result<bool> {
+            if !self.holds(consumer, id, token) {
+                return Ok(false);
+            }
+            self.drop_claim(consumer, id);
+            Ok(self.committed.lock().is_ok_and(|mut c| c.insert((consumer.to_owned(), id))))
+        }
+        async fn release(&self, consumer: &str, id: Uuid, token: Uuid) -> Result<bool> {
+            if !self.holds(consumer, id, token) {
+                return Ok(false);
+            }
+            self.drop_claim(consumer, id);
+            Ok(true)
+        }
+        async fn consumed(&self, consumer: &str, ids: &[Uuid]) -> Result<Vec<Uuid>> {
+            Ok(ids.iter().copied().filter(|id| self.has(consumer, *id)).collect())
+        }
+        async fn delete_older_than(&self, _older_than: Duration, _limit: u32) -> Result<u64> {
+            Ok(0)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -388,12 +570,9 @@ mod tests {
         assert_eq!(in_input_order(&[a, c, b, c], found), [c, b], "input order, a repeat reported once");
     }
 
-    /// Records kept in a set; a "transaction" is a list of staged ids applied on commit.
-    #[derive(Default)]
-    struct SetInbox {
-        committed: Mutex<HashSet<(String, Uuid)>>,
-    }
+    use super::memory::SetInbox;
 
+    /// A "transaction": ids staged until committed.
     struct StagedTx {
         staged: Vec<(String, Uuid)>,
         effects: Vec<&'static str>,
@@ -404,35 +583,6 @@ mod tests {
             if let Ok(mut committed) = self.committed.lock() {
                 committed.extend(tx.staged);
             }
-        }
-
-        fn has(&self, consumer: &str, id: Uuid) -> bool {
-            self.committed.lock().map(|c| c.contains(&(consumer.to_owned(), id))).unwrap_or(false)
-        }
-    }
-
-    #[async_trait]
-    impl InboxDao for SetInbox {
-        async fn record(&self, consumer: &str, id: Uuid) -> Result<bool> {
-            Ok(self.committed.lock().map(|mut c| c.insert((consumer.to_owned(), id))).unwrap_or(false))
-        }
-        async fn record_many(&self, consumer: &str, ids: &[Uuid]) -> Result<Vec<Uuid>> {
-            let mut new = Vec::new();
-            for id in ids {
-                if self.record(consumer, *id).await? {
-                    new.push(*id);
-                }
-            }
-            Ok(new)
-        }
-        async fn forget(&self, consumer: &str, id: Uuid) -> Result<bool> {
-            Ok(self.committed.lock().map(|mut c| c.remove(&(consumer.to_owned(), id))).unwrap_or(false))
-        }
-        async fn consumed(&self, consumer: &str, ids: &[Uuid]) -> Result<Vec<Uuid>> {
-            Ok(ids.iter().copied().filter(|id| self.has(consumer, *id)).collect())
-        }
-        async fn delete_older_than(&self, _older_than: Duration, _limit: u32) -> Result<u64> {
-            Ok(0)
         }
     }
 
@@ -656,16 +806,20 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_concurrent_duplicate_is_not_cached_while_the_first_delivery_may_still_fail() {
+    async fn a_concurrent_delivery_waits_for_the_first_and_is_never_a_duplicate() {
         let store = Arc::new(SetInbox::default());
         let cache = Arc::new(RecordingCache::default());
         let inbox = inbox(&store, &cache);
         let id = Uuid::now_v7();
         let first = inbox
             .consume_once(id, async || {
-                // A second delivery of the same event arrives while this effect runs.
+                // A second delivery of the same event arrives while this effect runs: it must run
+                // again later, not be acknowledged as a duplicate, since this effect fails.
                 let concurrent = inbox.consume_once(id, async || Ok::<_, std::io::Error>("twice")).await;
-                assert!(matches!(concurrent, Ok(Consumed::Duplicate)));
+                assert!(
+                    matches!(&concurrent, Err(ConsumeError::Inbox(error)) if error.kind() == ErrorKind::InFlight && error.is_temporary()),
+                    "{concurrent:?}"
+                );
                 Err::<&str, _>(std::io::Error::other("effect failed"))
             })
             .await;
@@ -673,6 +827,56 @@ mod tests {
         assert!(!cache.contains("billing", id).await);
         let redelivery = inbox.consume_once(id, async || Ok::<_, std::io::Error>("applied")).await;
         assert!(matches!(redelivery, Ok(Consumed::Applied("applied"))), "the effect happens after all");
+    }
+
+    #[tokio::test]
+    async fn a_claim_abandoned_past_its_lease_is_taken_over_and_the_late_holder_is_fenced() {
+        let store = Arc::new(SetInbox::default());
+        let cache = Arc::new(RecordingCache::default());
+        let id = Uuid::now_v7();
+        // A holder that stalls in its effect past the lease: a zero lease lets the next delivery
+        // take the claim over at once.
+        let stalled = inbox(&store, &cache).with_lease(Duration::ZERO);
+        let outcome = stalled
+            .consume_once(id, async || {
+                let taken_over = stalled.consume_once(id, async || Ok::<_, std::io::Error>("second")).await;
+                assert!(matches!(taken_over, Ok(Consumed::Applied("second"))), "{taken_over:?}");
+                Ok::<_, std::io::Error>("first")
+            })
+            .await;
+        assert!(matches!(outcome, Ok(Consumed::Applied("first"))));
+        assert!(store.has("billing", id), "the taking-over delivery marked it applied");
+        assert!(!store.in_flight("billing", id), "the late holder's mark changed nothing");
+    }
+
+    #[tokio::test]
+    async fn a_batch_meeting_an_id_in_flight_runs_nothing_and_keeps_no_claim() {
+        let store = Arc::new(SetInbox::default());
+        let cache = Arc::new(RecordingCache::default());
+        let inbox = inbox(&store, &cache);
+        let ids: Vec<Uuid> = (0..3).map(|_| Uuid::now_v7()).collect();
+        let outcome = inbox
+            .consume_once(ids[2], async || {
+                let batch = inbox
+                    .consume_all_once(
+                        ids.clone(),
+                        |id| *id,
+                        async |_fresh: Vec<Uuid>| Ok::<_, std::io::Error>(()),
+                    )
+                    .await;
+                assert!(
+                    matches!(&batch, Err(ConsumeError::Inbox(error)) if error.kind() == ErrorKind::InFlight)
+                );
+                Ok::<_, std::io::Error>(())
+            })
+            .await;
+        assert!(matches!(outcome, Ok(Consumed::Applied(()))));
+        for id in &ids[..2] {
+            assert!(
+                !store.in_flight("billing", *id) && !store.has("billing", *id),
+                "the batch released its claims"
+            );
+        }
     }
 
     #[tokio::test]

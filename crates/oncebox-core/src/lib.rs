@@ -40,8 +40,8 @@ pub mod trace;
 pub use async_trait::async_trait;
 pub use config::Config;
 pub use dao::{
-    Daos, Dialect, DlqDao, InboxDao, InboxWriter, JobLock, OutboxDao, OutboxWriter, SchemaPlan, WakeSource,
-    WakeUp,
+    Daos, Dialect, DlqDao, InboxClaim, InboxDao, InboxWriter, JobLock, OutboxDao, OutboxWriter, SchemaPlan,
+    WakeSource, WakeUp,
 };
 pub use engine::{Engine, EngineHandle, EngineParts, Lifecycle, StatsSnapshot};
 pub use error::{Error, ErrorKind, Result};

@@ -78,7 +78,7 @@ pub use sqlx;
 pub use writer::MySqlWriter;
 
 use crate::error::SqlxResultExt;
-use crate::queries::ADD_RECOVERIES;
+use crate::queries::{ADD_CLAIMS, ADD_RECOVERIES};
 
 /// [`OutboxDao`](oncebox_core::OutboxDao) for MySQL and MariaDB. There is no `UPDATE … RETURNING`
 /// and no `UPDATE … WHERE id IN (SELECT … LIMIT n)`, so a claim is one short transaction of two
@@ -171,22 +171,34 @@ impl MySqlDialect {
                 sqlx::raw_sql(ddl.clone()).execute(&mut *connection).await.context(context)?;
             }
         }
-        // Tables created before `recoveries` existed get it, once: MySQL 8 has no
+        // Tables created before a column existed get it, once: MySQL 8 has no
         // ADD COLUMN IF NOT EXISTS.
-        if plan.outbox && !self.events_have_recoveries(connection).await? {
-            let ddl = self.store.queries().schema[ADD_RECOVERIES].clone();
-            sqlx::raw_sql(ddl).execute(&mut *connection).await.context(context)?;
+        let upgrades = [
+            (plan.outbox, self.tables().events(), "recoveries", ADD_RECOVERIES),
+            (plan.inbox, self.tables().consumed(), "status", ADD_CLAIMS),
+        ];
+        for (wanted, table, column, migration) in upgrades {
+            if wanted && !self.has_column(connection, table, column).await? {
+                let ddl = self.store.queries().schema[migration].clone();
+                sqlx::raw_sql(ddl).execute(&mut *connection).await.context(context)?;
+            }
         }
         Ok(())
     }
 
-    /// Whether the outbox table already has the `recoveries` column.
-    async fn events_have_recoveries(&self, connection: &mut sqlx::MySqlConnection) -> Result<bool> {
-        let (columns,): (i64,) = sqlx::query_as(self.store.queries().events_have_recoveries.clone())
-            .bind(self.tables().events())
+    /// Whether `table` already has `column`.
+    async fn has_column(
+        &self,
+        connection: &mut sqlx::MySqlConnection,
+        table: &str,
+        column: &str,
+    ) -> Result<bool> {
+        let (columns,): (i64,) = sqlx::query_as(self.store.queries().has_column.clone())
+            .bind(table)
+            .bind(column)
             .fetch_one(&mut *connection)
             .await
-            .context("checking the outbox table's columns")?;
+            .context("checking a table's columns")?;
         Ok(columns > 0)
     }
 }

@@ -23,11 +23,13 @@ use crate::error::{DUPLICATE_KEY, SqlxResultExt, database_error, error_number};
 use crate::row::MySqlRowFormat;
 
 /// The migrations, in order, as shipped in `migrations/mysql/`.
-pub(crate) const MIGRATIONS: [(&str, &str); 5] = oncebox_sqlx::migrations!("mysql");
+pub(crate) const MIGRATIONS: [(&str, &str); 6] = oncebox_sqlx::migrations!("mysql");
 
-/// Index in [`MIGRATIONS`] of the one migration that is not idempotent by itself (MySQL 8 has no
-/// `ADD COLUMN IF NOT EXISTS`): auto-create runs it only when the column is missing.
+/// Indexes in [`MIGRATIONS`] of the migrations that are not idempotent by themselves (MySQL 8 has
+/// no `ADD COLUMN IF NOT EXISTS`): auto-create runs each only when its column is missing.
 pub(crate) const ADD_RECOVERIES: usize = 4;
+/// See [`ADD_RECOVERIES`]: the inbox's claim columns.
+pub(crate) const ADD_CLAIMS: usize = 5;
 
 /// Rows per multi-row insert: six placeholders each, far below the server's 65,535 per
 /// statement, and few enough that a batch of ordinary events stays well inside the default
@@ -94,9 +96,9 @@ impl Template {
 #[derive(Debug)]
 pub struct MySqlQueries {
     pub(crate) common: Statements,
-    pub(crate) schema: [SqlStr; 5],
-    /// Whether the outbox table (`?`) of the current database has `recoveries`.
-    pub(crate) events_have_recoveries: SqlStr,
+    pub(crate) schema: [SqlStr; 6],
+    /// Whether a table (first `?`) of the current database has a column (second `?`).
+    pub(crate) has_column: SqlStr,
     pub(crate) insert_events: Template,
     pub(crate) claim_select: Statement,
     pub(crate) claim_update: Statement,
@@ -166,9 +168,16 @@ impl Queries for MySqlQueries {
             |index: usize| AssertSqlSafe(tables.render_migration(MIGRATIONS[index].1)).into_sql_str();
         Self {
             common: Statements::new(tables, sql_files!(), numbered),
-            schema: [migration(0), migration(1), migration(2), migration(3), migration(ADD_RECOVERIES)],
-            events_have_recoveries: sql("SELECT COUNT(*) FROM information_schema.COLUMNS \
-                 WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'recoveries'"),
+            schema: [
+                migration(0),
+                migration(1),
+                migration(2),
+                migration(3),
+                migration(ADD_RECOVERIES),
+                migration(ADD_CLAIMS),
+            ],
+            has_column: sql("SELECT COUNT(*) FROM information_schema.COLUMNS \
+                 WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?"),
             insert_events: Template::new(&render(tables, include_str!("../sql/insert_events.sql")), "{rows}"),
             claim_select: numbered(include_str!("../sql/claim_select.sql")),
             claim_update: numbered(include_str!("../sql/claim_update.sql")),
@@ -359,14 +368,19 @@ impl Queries for MySqlQueries {
     }
 
     /// A plain `INSERT`: only the duplicate-key error on the primary key means "already
-    /// recorded". InnoDB rolls back only the failed statement, so a caller's transaction goes on
+    /// there". InnoDB rolls back only the failed statement, so a caller's transaction goes on
     /// unharmed.
-    async fn record_on(&self, connection: &mut MySqlConnection, consumer: &str, id: Uuid) -> Result<bool> {
-        let query = self.bind(&self.common.inbox_record, &[Param::Text(consumer), Param::Id(id)])?;
-        match query.execute(connection).await {
+    async fn insert_new_on(
+        &self,
+        connection: &mut MySqlConnection,
+        statement: &Statement,
+        params: &[Param<'_>],
+        context: &str,
+    ) -> Result<bool> {
+        match self.bind(statement, params)?.execute(connection).await {
             Ok(_) => Ok(true),
             Err(error) if error_number(&error) == Some(DUPLICATE_KEY) => Ok(false),
-            Err(error) => Err(database_error("recording a consumed event", error)),
+            Err(error) => Err(database_error(context, error)),
         }
     }
 

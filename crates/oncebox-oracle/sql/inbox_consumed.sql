@@ -1,3 +1,3 @@
--- Which of the listed ids are recorded for one consumer.
+-- Which of the listed ids are recorded as applied for one consumer (a claim in flight is not).
 SELECT id FROM {consumed}
-WHERE consumer = CAST(:consumer AS VARCHAR2(255 CHAR)) AND id IN ({ids})
+WHERE consumer = CAST(:consumer AS VARCHAR2(255 CHAR)) AND id IN ({ids}) AND status = 'PROCESSED'

@@ -5,13 +5,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use oncebox_core::inbox::{distinct, in_input_order};
-use oncebox_core::{Error, ErrorKind, InboxDao, Result};
+use oncebox_core::{Error, ErrorKind, InboxClaim, InboxDao, Result};
 use oracle::Connection;
 use uuid::Uuid;
 
 use crate::error::{OraResultExt, database_error, is_unique_violation};
 use crate::row::{id_bytes, id_from_bytes};
-use crate::session::{Bind, execute, query_over_ids, store_daos};
+use crate::session::{Bind, execute, micros, query_over_ids, store_daos};
 use crate::statements::Statements;
 
 store_daos! {
@@ -53,6 +53,27 @@ pub(crate) fn record_many_on(
     Ok(new)
 }
 
+impl OraInboxDao {
+    /// Runs the statement `pick` chooses on one claim, fenced by its token; whether it changed it.
+    async fn fenced(
+        &self,
+        pick: fn(&Statements) -> &str,
+        consumer: &str,
+        id: Uuid,
+        token: Uuid,
+        context: &'static str,
+    ) -> Result<bool> {
+        let consumer = consumer.to_owned();
+        self.0
+            .call(context, move |connection, statements, context| {
+                let (id, token) = (id_bytes(id), id_bytes(token));
+                let binds: [Bind<'_>; 3] = [("consumer", &consumer), ("id", &id), ("claim_token", &token)];
+                Ok(execute(connection, pick(statements), &binds, context)? == 1)
+            })
+            .await
+    }
+}
+
 #[async_trait]
 impl InboxDao for OraInboxDao {
     async fn record(&self, consumer: &str, id: Uuid) -> Result<bool> {
@@ -76,14 +97,52 @@ impl InboxDao for OraInboxDao {
             .await
     }
 
-    async fn forget(&self, consumer: &str, id: Uuid) -> Result<bool> {
+    async fn claim(&self, consumer: &str, id: Uuid, lease: Duration) -> Result<InboxClaim> {
         let consumer = consumer.to_owned();
         self.0
-            .call("forgetting a consumed event", move |connection, statements, context| {
-                let id = id_bytes(id);
-                let binds: [Bind<'_>; 2] = [("consumer", &consumer), ("id", &id)];
-                Ok(execute(connection, &statements.inbox_forget, &binds, context)? > 0)
+            .call("claiming a consumed event", move |connection, statements, context| {
+                let token = Uuid::new_v4();
+                let (raw_id, raw_token) = (id_bytes(id), id_bytes(token));
+                let binds: [Bind<'_>; 3] =
+                    [("consumer", &consumer), ("id", &raw_id), ("claim_token", &raw_token)];
+                match connection.execute_named(&statements.inbox_claim, &binds) {
+                    Ok(_) => return Ok(InboxClaim::Taken(token)),
+                    Err(error) if is_unique_violation(&error) => {}
+                    Err(error) => return Err(database_error(context, error)),
+                }
+                let lease = micros(lease);
+                let binds: [Bind<'_>; 4] = [
+                    ("consumer", &consumer),
+                    ("id", &raw_id),
+                    ("claim_token", &raw_token),
+                    ("lease_micros", &lease),
+                ];
+                if execute(connection, &statements.inbox_take_over, &binds, context)? == 1 {
+                    return Ok(InboxClaim::Taken(token));
+                }
+                let binds: [Bind<'_>; 1] = [("consumer", &consumer)];
+                let rows =
+                    query_over_ids(connection, &statements.inbox_consumed, &binds, &[raw_id], context)?;
+                // Not applied: in flight within its lease, or released a moment ago. Either way
+                // the delivery runs again later and claims it then.
+                Ok(if rows.is_empty() { InboxClaim::Held } else { InboxClaim::Done })
             })
+            .await
+    }
+
+    async fn finish(&self, consumer: &str, id: Uuid, token: Uuid) -> Result<bool> {
+        self.fenced(
+            |statements| &statements.inbox_finish,
+            consumer,
+            id,
+            token,
+            "marking a consumed event applied",
+        )
+        .await
+    }
+
+    async fn release(&self, consumer: &str, id: Uuid, token: Uuid) -> Result<bool> {
+        self.fenced(|statements| &statements.inbox_release, consumer, id, token, "releasing a consumed event")
             .await
     }
 

@@ -4,7 +4,7 @@
 use oncebox_core::TableNames;
 
 /// The migrations, in order, as shipped in `migrations/oracle/`.
-pub(crate) const MIGRATIONS: [(&str, &str); 5] = [
+pub(crate) const MIGRATIONS: [(&str, &str); 6] = [
     ("0001_outbox_events.sql", include_str!("../../../migrations/oracle/0001_outbox_events.sql")),
     ("0002_outbox_dlq_events.sql", include_str!("../../../migrations/oracle/0002_outbox_dlq_events.sql")),
     (
@@ -15,6 +15,10 @@ pub(crate) const MIGRATIONS: [(&str, &str); 5] = [
     (
         "0005_outbox_events_recoveries.sql",
         include_str!("../../../migrations/oracle/0005_outbox_events_recoveries.sql"),
+    ),
+    (
+        "0006_outbox_consumed_events_claims.sql",
+        include_str!("../../../migrations/oracle/0006_outbox_consumed_events_claims.sql"),
     ),
 ];
 
@@ -29,7 +33,7 @@ macro_rules! statements {
         pub(crate) struct Statements {
             pub(crate) tables: TableNames,
             /// The migrations' PL/SQL blocks, in order.
-            pub(crate) schema: [String; 5],
+            pub(crate) schema: [String; 6],
             $(pub(crate) $name: String,)*
         }
 
@@ -59,7 +63,8 @@ statements! {
     dlq_lock_failed, dlq_remove_ids, dlq_copy_failed, delete_events_by_ids, dlq_lock_to_retry,
     events_insert_from_dlq, dlq_delete_resolved, dlq_get, dlq_list, dlq_count, dlq_counts,
     dlq_set_status_by_ids, dlq_set_status_by_type, dlq_delete_by_ids, dlq_delete_by_type,
-    inbox_record, inbox_consumed, inbox_forget, inbox_delete_older_than,
+    inbox_record, inbox_consumed, inbox_claim, inbox_take_over, inbox_finish, inbox_release,
+    inbox_delete_older_than,
     insert_events, job_take_expired, job_insert, job_unlock,
 }
 

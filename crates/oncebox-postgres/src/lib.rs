@@ -185,6 +185,8 @@ impl Dialect for PgDialect {
             (plan.outbox, &queries.schema_events_recoveries),
             (plan.dlq, &queries.schema_dlq),
             (plan.inbox, &queries.schema_consumed),
+            // Idempotent the same way: upgrades inbox tables made before claims existed.
+            (plan.inbox, &queries.schema_consumed_claims),
             (plan.jobs, &queries.schema_jobs),
         ];
         // PostgreSQL DDL is transactional, but two sessions running `CREATE … IF NOT EXISTS` for

@@ -303,6 +303,58 @@ async fn an_acknowledgement_lost_with_the_channel_is_not_reported_as_applied(
     fixture.finish().await
 }
 
+/// Two listeners share a queue with `on_once`. A's effect is running (held) when A's connection
+/// closes and RabbitMQ redelivers the event to B; B meets A's claim in flight and must wait, not
+/// acknowledge a duplicate, because A's effect then fails and releases the claim. B's next run
+/// applies the effect: once, never lost.
+async fn a_redelivery_meeting_an_effect_in_flight_waits_for_it_and_applies_it_once(
+    harness: Arc<ListenerHarness>,
+) -> TestResult {
+    let effect = Arc::new(Effect { hold_first_call: true, fail_first: 1, ..Effect::default() });
+    let (first, second) = (fresh_name("listener-a"), fresh_name("listener-b"));
+    let setup = Setup { connection_name: Some(first.clone()), ..Setup::plain_queue() };
+    let fixture = Fixture::start_with(&harness, effect.clone(), setup).await.map_err(fail)?;
+    let sender = fixture.sender().map_err(fail)?;
+    let message = message_for(&fixture.exchange, 15);
+    fixture.deliver(&sender, &message).await?;
+    tokio::time::timeout(fixture::WAIT, effect.entered.notified())
+        .await
+        .map_err(|_| fail("A's effect never started"))?;
+    let (b, mut b_outcomes) =
+        fixture.start_another_listener(effect.clone(), &second, Duration::from_millis(200)).map_err(fail)?;
+    // B must be consuming before A's connection closes, so the redelivery goes to B.
+    let deadline = tokio::time::Instant::now() + fixture::WAIT;
+    while fixture.consumers().await? < 2 {
+        if tokio::time::Instant::now() >= deadline {
+            return Err(fail("B never started consuming"));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(close_connections_named(&first).map_err(fail)?, 1, "A's connection was not found");
+    let verdict = tokio::time::timeout(fixture::WAIT, b_outcomes.recv())
+        .await
+        .map_err(|_| fail("B never received the redelivery"))?
+        .map_err(fail)?;
+    assert!(
+        matches!(&verdict, ListenerOutcome::Retrying { id, attempts: 0, .. } if *id == message.id),
+        "B must wait for A's effect, not settle the event: {verdict:?}"
+    );
+    effect.release.notify_one();
+    let deadline = tokio::time::Instant::now() + fixture::WAIT;
+    loop {
+        match tokio::time::timeout_at(deadline, b_outcomes.recv()).await {
+            Ok(Ok(ListenerOutcome::Applied { id })) if id == message.id => break,
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => return Err(fail(format!("B's outcomes: {error}"))),
+            Err(_) => return Err(fail("the event was never applied after A's effect failed")),
+        }
+    }
+    assert_eq!(effect.applied.load(Ordering::SeqCst), 1, "the effect happened once");
+    assert_eq!(effect.calls.load(Ordering::SeqCst), 2, "A's failed run and B's run");
+    b.stop().await?.map_err(fail)?;
+    fixture.finish().await
+}
+
 /// The listener's connection is closed while a failed event waits for its retry (60 s): the
 /// listener notices at once, reconnects, and the redelivered event is applied long before the wait
 /// would have ended.
@@ -370,6 +422,10 @@ async fn failed_runs_are_counted_across_a_redelivery(harness: Arc<ListenerHarnes
 
 fn cases() -> Vec<Case<ListenerHarness>> {
     vec![
+        case!(
+            "a_redelivery_meeting_an_effect_in_flight_waits_for_it_and_applies_it_once",
+            a_redelivery_meeting_an_effect_in_flight_waits_for_it_and_applies_it_once
+        ),
         case!(
             "a_message_is_applied_once_and_a_redelivered_copy_changes_nothing",
             a_message_is_applied_once_and_a_redelivered_copy_changes_nothing

@@ -150,18 +150,23 @@ impl Dialect for SqliteDialect {
                 sqlx::raw_sql(ddl.clone()).execute(&mut *tx).await.context(context)?;
             }
         }
-        if plan.outbox {
-            // Tables created before `recoveries` existed get it; SQLite has no ADD COLUMN IF NOT EXISTS.
-            let (columns,): (i64,) = sqlx::query_as(queries.events_have_recoveries.clone())
-                .bind(self.tables().events())
+        // Tables created before a column existed get it; SQLite has no ADD COLUMN IF NOT EXISTS.
+        let upgrades = [
+            (plan.outbox, self.tables().events(), "recoveries", &queries.schema_events_recoveries),
+            (plan.inbox, self.tables().consumed(), "status", &queries.schema_consumed_claims),
+        ];
+        for (wanted, table, column, ddl) in upgrades {
+            if !wanted {
+                continue;
+            }
+            let (columns,): (i64,) = sqlx::query_as(queries.has_column.clone())
+                .bind(table)
+                .bind(column)
                 .fetch_one(&mut *tx)
                 .await
                 .context(context)?;
             if columns == 0 {
-                sqlx::raw_sql(queries.schema_events_recoveries.clone())
-                    .execute(&mut *tx)
-                    .await
-                    .context(context)?;
+                sqlx::raw_sql(ddl.clone()).execute(&mut *tx).await.context(context)?;
             }
         }
         tx.commit().await.context(context)

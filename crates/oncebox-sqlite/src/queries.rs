@@ -28,7 +28,7 @@ const TIMESTAMP_FORMAT: &str = "'%Y-%m-%dT%H:%M:%fZ'";
 const NOW: &str = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
 
 /// The migrations, in order, as shipped in `migrations/sqlite/`.
-const MIGRATIONS: [(&str, &str); 5] = oncebox_sqlx::migrations!("sqlite");
+const MIGRATIONS: [(&str, &str); 6] = oncebox_sqlx::migrations!("sqlite");
 
 /// Columns bound per row by the multi-row outbox insert.
 pub(crate) const INSERT_EVENT_BINDS: usize = 6;
@@ -46,8 +46,10 @@ pub struct SqliteQueries {
     pub(crate) schema_jobs: SqlStr,
     /// Adds `recoveries` to an outbox table that lacks it (run only after checking).
     pub(crate) schema_events_recoveries: SqlStr,
-    /// Whether the outbox table has `recoveries`: `?1` is the table name.
-    pub(crate) events_have_recoveries: SqlStr,
+    /// Adds the claim columns to an inbox table that lacks them (run only after checking).
+    pub(crate) schema_consumed_claims: SqlStr,
+    /// Whether a table (`?1`) has a column (`?2`).
+    pub(crate) has_column: SqlStr,
     pub(crate) insert_events_head: String,
     pub(crate) insert_events_row: String,
     pub(crate) claim: Statement,
@@ -97,9 +99,8 @@ impl Queries for SqliteQueries {
             schema_consumed: sql(MIGRATIONS[2].1),
             schema_jobs: sql(MIGRATIONS[3].1),
             schema_events_recoveries: sql(MIGRATIONS[4].1),
-            events_have_recoveries: sql(
-                "SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = 'recoveries'",
-            ),
+            schema_consumed_claims: sql(MIGRATIONS[5].1),
+            has_column: sql("SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = ?2"),
             insert_events_head: text(include_str!("../sql/insert_events.sql").trim_end()),
             insert_events_row: text(include_str!("../sql/insert_events_row.sql").trim_end()),
             claim: numbered(include_str!("../sql/claim.sql")),

@@ -12,8 +12,8 @@ use async_trait::async_trait;
 use oncebox_core::event::{DlqCounts, DlqFilter, DlqSelection, JobLease, OutboxCounts};
 use oncebox_core::inbox::{distinct, in_input_order};
 use oncebox_core::{
-    ClaimedBatch, Daos, DlqDao, DlqEvent, DlqStatus, Error, ErrorKind, InboxDao, JobLock, OutboxDao,
-    OutboxEvent, Result, SettleReport, Settlement, TableNames,
+    ClaimedBatch, Daos, DlqDao, DlqEvent, DlqStatus, Error, ErrorKind, InboxClaim, InboxDao, JobLock,
+    OutboxDao, OutboxEvent, Result, SettleReport, Settlement, TableNames,
 };
 use sqlx::query::Query;
 use sqlx::{ColumnIndex, Database, Decode, Executor, IntoArguments, Pool, Row, Type};
@@ -207,19 +207,63 @@ pub trait Queries: Send + Sync + Sized + 'static {
     /// Moves up to `max_rows` DLQ events marked for retry back (see [`DlqDao::transfer_from_dlq`]).
     async fn transfer_from_dlq(&self, pool: &Pool<Self::Db>, max_rows: u32) -> Result<u64>;
 
+    /// Runs an inbox insert that skips a row already there (`inbox_record`, `inbox_claim`) on
+    /// `connection`; `true` when it inserted. The default reads the changed-row count; a dialect
+    /// whose insert reports a duplicate as an error overrides it.
+    async fn insert_new_on(
+        &self,
+        connection: &mut <Self::Db as Database>::Connection,
+        statement: &Statement,
+        params: &[Param<'_>],
+        context: &str,
+    ) -> Result<bool> {
+        Ok(self.execute(Self::Db::on(connection), statement, params, context).await? == 1)
+    }
+
     /// Records one consumed id on `connection` (a pooled connection or a caller's transaction);
-    /// `true` when it was new. The default runs `inbox_record`, an insert that skips a recorded id.
+    /// `true` when it was new: `inbox_record`, an insert that skips a recorded id.
     async fn record_on(
         &self,
         connection: &mut <Self::Db as Database>::Connection,
         consumer: &str,
         id: Uuid,
     ) -> Result<bool> {
-        let statement = &self.statements().inbox_record;
         let params = [Param::Text(consumer), Param::Id(id)];
-        let recorded =
-            self.execute(Self::Db::on(connection), statement, &params, "recording a consumed event").await?;
-        Ok(recorded == 1)
+        self.insert_new_on(connection, &self.statements().inbox_record, &params, "recording a consumed event")
+            .await
+    }
+
+    /// Claims one id for a non-transactional effect (see [`InboxDao::claim`]): a new claim, else
+    /// one whose lease ran out taken over, else whatever the record says.
+    async fn claim_id(
+        &self,
+        pool: &Pool<Self::Db>,
+        consumer: &str,
+        id: Uuid,
+        lease: Duration,
+    ) -> Result<InboxClaim> {
+        let context = "claiming a consumed event";
+        let statements = self.statements();
+        let token = Uuid::new_v4();
+        let mut connection = pool.acquire().await.map_err(|error| Self::error(context, error))?;
+        let params = [Param::Text(consumer), Param::Id(id), Param::Id(token)];
+        if self.insert_new_on(&mut connection, &statements.inbox_claim, &params, context).await? {
+            return Ok(InboxClaim::Taken(token));
+        }
+        let params = [Param::Text(consumer), Param::Id(id), Param::Id(token), Param::Before(lease)];
+        if self.execute(Self::Db::on(&mut connection), &statements.inbox_take_over, &params, context).await?
+            == 1
+        {
+            return Ok(InboxClaim::Taken(token));
+        }
+        let ids = [id];
+        let params = [Param::Text(consumer), Param::Ids(&ids)];
+        let rows = self
+            .fetch_all(Self::Db::on(&mut connection), &statements.inbox_consumed, &params, context)
+            .await?;
+        // Not applied: in flight within its lease, or released a moment ago. Either way the
+        // delivery runs again later and claims it then.
+        Ok(if rows.is_empty() { InboxClaim::Held } else { InboxClaim::Done })
     }
 
     /// The statement that records a list of ids in one go and returns the `id` of each row it
@@ -687,11 +731,24 @@ impl<Q: Queries> InboxDao for SqlxInboxDao<Q> {
         self.0.queries.record_many(&self.0.pool, consumer, ids).await
     }
 
-    async fn forget(&self, consumer: &str, id: Uuid) -> Result<bool> {
-        let params = [Param::Text(consumer), Param::Id(id)];
-        let forgotten =
-            self.0.execute(&self.0.statements().inbox_forget, &params, "forgetting a consumed event").await?;
-        Ok(forgotten > 0)
+    async fn claim(&self, consumer: &str, id: Uuid, lease: Duration) -> Result<InboxClaim> {
+        self.0.queries.claim_id(&self.0.pool, consumer, id, lease).await
+    }
+
+    async fn finish(&self, consumer: &str, id: Uuid, token: Uuid) -> Result<bool> {
+        let params = [Param::Text(consumer), Param::Id(id), Param::Id(token)];
+        let finished = self
+            .0
+            .execute(&self.0.statements().inbox_finish, &params, "marking a consumed event applied")
+            .await?;
+        Ok(finished == 1)
+    }
+
+    async fn release(&self, consumer: &str, id: Uuid, token: Uuid) -> Result<bool> {
+        let params = [Param::Text(consumer), Param::Id(id), Param::Id(token)];
+        let released =
+            self.0.execute(&self.0.statements().inbox_release, &params, "releasing a consumed event").await?;
+        Ok(released == 1)
     }
 
     async fn consumed(&self, consumer: &str, ids: &[Uuid]) -> Result<Vec<Uuid>> {

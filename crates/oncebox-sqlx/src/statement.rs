@@ -222,9 +222,15 @@ shared_statements! {
     dlq_delete_by_ids,
     /// Deletes an event type's DLQ rows.
     dlq_delete_by_type,
-    /// Removes one inbox record.
-    inbox_forget,
-    /// Which of a list of ids a consumer recorded.
+    /// Claims one inbox id for a non-transactional effect: one changed row when it was new.
+    inbox_claim,
+    /// Takes over an inbox claim whose lease ran out: one changed row when taken.
+    inbox_take_over,
+    /// Marks an inbox claim applied, fenced by its token.
+    inbox_finish,
+    /// Removes an inbox claim after a failed effect, fenced by its token.
+    inbox_release,
+    /// Which of a list of ids a consumer recorded as applied.
     inbox_consumed,
     /// Deletes old inbox records.
     inbox_delete_older_than,
@@ -237,14 +243,14 @@ shared_statements! {
 }
 
 /// The migrations of one dialect, in order, as `(file name, SQL)` pairs embedded at compile time
-/// from `migrations/<dialect>/` at the workspace root: every dialect ships the same five files,
+/// from `migrations/<dialect>/` at the workspace root: every dialect ships the same six files,
 /// written for the default table names so that any migration tool can run them as they are.
 #[macro_export]
 macro_rules! migrations {
     ($dialect:literal) => {
         $crate::migrations!(@files $dialect; "0001_outbox_events.sql", "0002_outbox_dlq_events.sql",
             "0003_outbox_consumed_events.sql", "0004_outbox_jobs.sql",
-            "0005_outbox_events_recoveries.sql")
+            "0005_outbox_events_recoveries.sql", "0006_outbox_consumed_events_claims.sql")
     };
     (@files $dialect:literal; $($file:literal),*) => {
         [$(($file, include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../migrations/", $dialect, "/", $file)))),*]

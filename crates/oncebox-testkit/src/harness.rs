@@ -13,7 +13,7 @@ pub enum AgedTable {
     Events,
     /// `outbox_dlq_events`: `updated_at` and `moved_at`.
     Dlq,
-    /// `outbox_consumed_events`: `consumed_at`.
+    /// `outbox_consumed_events`: `consumed_at` and a claim's `locked_at`.
     Consumed,
     /// `outbox_jobs`: `locked_until` and `locked_at`.
     Jobs,
@@ -35,7 +35,7 @@ impl AgedTable {
         match self {
             AgedTable::Events => &["created_at", "updated_at", "processed_at", "next_retry_at"],
             AgedTable::Dlq => &["updated_at", "moved_at"],
-            AgedTable::Consumed => &["consumed_at"],
+            AgedTable::Consumed => &["consumed_at", "locked_at"],
             AgedTable::Jobs => &["locked_until", "locked_at"],
         }
     }

@@ -12,7 +12,7 @@ use tokio::sync::{broadcast, watch};
 use uuid::Uuid;
 
 use super::{HandlerFailure, Handlers, Outcome, Received};
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::retry::Doubling;
 
 /// How a listener retries a failed handler: after a doubling backoff, at most `max_attempts`
@@ -122,6 +122,14 @@ impl<M: Send + 'static> Pipeline<M> {
             Ok(consumed) if consumed.is_applied() => return Verdict::Settle(Outcome::Applied { id }),
             Ok(_) => return Verdict::Settle(Outcome::Duplicate { id }),
             Err(HandlerFailure::Poison(reason)) => return self.poison(Some(id), reason, failures),
+            Err(HandlerFailure::Failed(error)) if error.kind() == ErrorKind::InFlight => {
+                // Another delivery is applying this event: nothing failed here, so no attempt is
+                // counted, and settling would lose the event if that delivery's effect fails.
+                let retry_in = self.retry_delay(failures.max(1));
+                tracing::info!(event_id = %id, ?retry_in, %error, "the event is in flight elsewhere; the message runs again after a pause");
+                self.report(Outcome::Retrying { id, attempts: failures, retry_in, error: error.to_string() });
+                return Verdict::Retry { attempts: failures, retry_in };
+            }
             Err(HandlerFailure::Failed(error)) => error,
         };
         let attempts = failures.saturating_add(1);
@@ -217,7 +225,10 @@ mod tests {
     fn pipeline(max_attempts: Option<u32>, can_give_up: bool) -> Pipeline<()> {
         let handlers = Handlers::new()
             .on("ok", |_: Received<u32, ()>| async { Ok(Consumed::Applied(())) })
-            .on("failing", |_: Received<u32, ()>| async { Err(Error::new(ErrorKind::Broker, "down")) });
+            .on("failing", |_: Received<u32, ()>| async { Err(Error::new(ErrorKind::Broker, "down")) })
+            .on("elsewhere", |_: Received<u32, ()>| async {
+                Err(Error::temporary(ErrorKind::InFlight, "held"))
+            });
         let backoff = Doubling::new(Duration::from_millis(100), Duration::from_millis(250));
         Pipeline::new(handlers, RetryPolicy { backoff, max_attempts, can_give_up })
     }
@@ -241,6 +252,19 @@ mod tests {
         };
         assert!(reason.to_string().contains("no handler for event type 'unknown'"), "{reason}");
         assert_eq!(pipeline.poison_seen(), 2);
+    }
+
+    #[tokio::test]
+    async fn an_event_in_flight_elsewhere_runs_again_without_using_up_an_attempt() {
+        let pipeline = pipeline(Some(3), true);
+        for failures in [0, 2] {
+            let verdict = pipeline.run(event("elsewhere"), failures).await;
+            assert!(
+                matches!(verdict, Verdict::Retry { attempts, .. } if attempts == failures),
+                "{verdict:?}"
+            );
+        }
+        assert_eq!(pipeline.poison_seen(), 0, "never given up, even at the last attempt");
     }
 
     #[tokio::test]

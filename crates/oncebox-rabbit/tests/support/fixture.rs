@@ -174,29 +174,7 @@ impl Fixture {
         } else {
             declare_plain_queue(&channel, &exchange, &queue, FieldTable::default()).await?;
         }
-        let listener = RabbitListener::builder(config)
-            .on_once(EVENT_TYPE, inbox.clone(), move |event: oncebox_rabbit::RabbitEvent<OrderCreated>| {
-                let effect = effect.clone();
-                async move {
-                    if let Ok(mut instants) = effect.called_at.lock() {
-                        instants.push(Instant::now());
-                    }
-                    let call = effect.calls.fetch_add(1, Ordering::SeqCst);
-                    if call == 0 && effect.hold_first_call {
-                        effect.entered.notify_one();
-                        effect.release.notified().await;
-                    }
-                    if call < effect.fail_first {
-                        return Err(Error::temporary(
-                            ErrorKind::Other,
-                            format!("effect for order {} failed on purpose", event.payload.index),
-                        ));
-                    }
-                    effect.applied.fetch_add(1, Ordering::SeqCst);
-                    Ok(())
-                }
-            })
-            .build()?;
+        let listener = effect_listener(config, &inbox, effect)?;
         let outcomes = listener.outcomes();
         let mut fixture = Self {
             url: harness.url.clone(),
@@ -218,6 +196,38 @@ impl Fixture {
             fixture.start_listener();
         }
         Ok(fixture)
+    }
+
+    /// Starts a second listener on the fixture's queue, with the same inbox and `effect`, its
+    /// connection named `connection_name`, retrying after `retry_backoff`; returns it running and
+    /// its outcomes.
+    pub fn start_another_listener(
+        &self,
+        effect: Arc<Effect>,
+        connection_name: &str,
+        retry_backoff: Duration,
+    ) -> oncebox_core::Result<(Background<oncebox_core::Result<()>>, broadcast::Receiver<ListenerOutcome>)>
+    {
+        let config = RabbitListenerConfig::new(self.url.clone(), self.queue.clone())
+            .with_connection_name(connection_name.to_owned())
+            .with_retry_backoff(retry_backoff, retry_backoff);
+        let listener = effect_listener(config, &self.inbox, effect)?;
+        let outcomes = listener.outcomes();
+        Ok((Background::spawn(|shutdown| async move { listener.run(shutdown).await }), outcomes))
+    }
+
+    /// How many consumers the fixture's queue has.
+    pub async fn consumers(&self) -> Result<u32, Failed> {
+        let queue = self
+            .channel
+            .queue_declare(
+                ShortString::try_new(self.queue.as_str()).map_err(fail)?,
+                QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() },
+                FieldTable::default(),
+            )
+            .await
+            .map_err(fail)?;
+        Ok(queue.consumer_count())
     }
 
     /// Starts the listener built by `start_with` (once).
@@ -368,6 +378,37 @@ impl Fixture {
         }
         Leftovers { url: self.url.clone(), queues, exchanges, database: self.database.clone() }
     }
+}
+
+/// A listener that applies `effect` through `inbox` with `on_once`.
+fn effect_listener(
+    config: RabbitListenerConfig,
+    inbox: &Inbox<()>,
+    effect: Arc<Effect>,
+) -> oncebox_core::Result<RabbitListener> {
+    RabbitListener::builder(config)
+        .on_once(EVENT_TYPE, inbox.clone(), move |event: oncebox_rabbit::RabbitEvent<OrderCreated>| {
+            let effect = effect.clone();
+            async move {
+                if let Ok(mut instants) = effect.called_at.lock() {
+                    instants.push(Instant::now());
+                }
+                let call = effect.calls.fetch_add(1, Ordering::SeqCst);
+                if call == 0 && effect.hold_first_call {
+                    effect.entered.notify_one();
+                    effect.release.notified().await;
+                }
+                if call < effect.fail_first {
+                    return Err(Error::temporary(
+                        ErrorKind::Other,
+                        format!("effect for order {} failed on purpose", event.payload.index),
+                    ));
+                }
+                effect.applied.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+        })
+        .build()
 }
 
 /// What a fixture leaves behind on the broker and on disk.

@@ -48,9 +48,13 @@ dao_cases! {
         assert!(inbox.record("billing", id).await.map_err(fail)?);
         assert!(inbox.record("shipping", id).await.map_err(fail)?, "another consumer sees the id as new");
         assert_eq!(inbox.record_many("audit", &[id]).await.map_err(fail)?, vec![id]);
-        assert!(inbox.forget("billing", id).await.map_err(fail)?);
-        assert_eq!(inbox.consumed("shipping", &[id]).await.map_err(fail)?, vec![id], "forget is per consumer");
-        assert!(inbox.consumed("billing", &[id]).await.map_err(fail)?.is_empty());
+        let other = Uuid::now_v7();
+        let InboxClaim::Taken(token) = inbox.claim("billing", other, HOUR).await.map_err(fail)? else {
+            return Err(fail("a new id is taken"));
+        };
+        let shipping = inbox.claim("shipping", other, HOUR).await.map_err(fail)?;
+        assert!(matches!(shipping, InboxClaim::Taken(_)), "claims are per consumer: {shipping:?}");
+        assert!(inbox.release("billing", other, token).await.map_err(fail)?);
         Ok(())
     }
 
@@ -71,14 +75,71 @@ dao_cases! {
         Ok(())
     }
 
-    async fn inbox_forget_removes_a_record(_harness, dialect) {
+    async fn inbox_claim_is_held_while_in_flight_then_done_once_finished(_harness, dialect) {
         let inbox = dialect.inbox_dao();
         let id = Uuid::now_v7();
-        assert!(inbox.record("mailer", id).await.map_err(fail)?);
-        assert!(inbox.forget("mailer", id).await.map_err(fail)?, "forget reports a removed record");
-        assert!(inbox.consumed("mailer", &[id]).await.map_err(fail)?.is_empty());
-        assert!(!inbox.forget("mailer", id).await.map_err(fail)?, "nothing left to forget");
-        assert!(inbox.record("mailer", id).await.map_err(fail)?, "a forgotten id is new again");
+        let InboxClaim::Taken(token) = inbox.claim("mailer", id, HOUR).await.map_err(fail)? else {
+            return Err(fail("a new id is taken"));
+        };
+        assert_eq!(inbox.claim("mailer", id, HOUR).await.map_err(fail)?, InboxClaim::Held, "in flight within its lease");
+        assert!(inbox.consumed("mailer", &[id]).await.map_err(fail)?.is_empty(), "a claim in flight is not consumed");
+        assert!(!inbox.finish("mailer", id, Uuid::new_v4()).await.map_err(fail)?, "another token changes nothing");
+        assert!(inbox.finish("mailer", id, token).await.map_err(fail)?);
+        assert_eq!(inbox.consumed("mailer", &[id]).await.map_err(fail)?, vec![id]);
+        assert_eq!(inbox.claim("mailer", id, Duration::ZERO).await.map_err(fail)?, InboxClaim::Done, "applied, never taken over");
+        assert!(!inbox.release("mailer", id, token).await.map_err(fail)?, "an applied record is never released");
+        assert!(!inbox.record("mailer", id).await.map_err(fail)?, "a transactional record sees it too");
+        Ok(())
+    }
+
+    async fn inbox_released_claim_is_new_again(_harness, dialect) {
+        let inbox = dialect.inbox_dao();
+        let id = Uuid::now_v7();
+        let InboxClaim::Taken(token) = inbox.claim("mailer", id, HOUR).await.map_err(fail)? else {
+            return Err(fail("a new id is taken"));
+        };
+        assert!(!inbox.release("mailer", id, Uuid::new_v4()).await.map_err(fail)?, "another token changes nothing");
+        assert!(inbox.release("mailer", id, token).await.map_err(fail)?);
+        assert!(!inbox.release("mailer", id, token).await.map_err(fail)?, "nothing left to release");
+        let again = inbox.claim("mailer", id, HOUR).await.map_err(fail)?;
+        assert!(matches!(again, InboxClaim::Taken(new) if new != token), "a released id is claimed anew: {again:?}");
+        Ok(())
+    }
+
+    async fn inbox_claim_past_its_lease_is_taken_over_and_fences_the_old_holder(harness, dialect) {
+        let inbox = dialect.inbox_dao();
+        let id = Uuid::now_v7();
+        let InboxClaim::Taken(stalled) = inbox.claim("mailer", id, HOUR).await.map_err(fail)? else {
+            return Err(fail("a new id is taken"));
+        };
+        harness.backdate(dialect, AgedTable::Consumed, &[id], TWO_HOURS).await.map_err(fail)?;
+        let InboxClaim::Taken(fresh) = inbox.claim("mailer", id, HOUR).await.map_err(fail)? else {
+            return Err(fail("a claim older than the lease is taken over"));
+        };
+        assert_ne!(fresh, stalled);
+        assert_eq!(inbox.claim("mailer", id, HOUR).await.map_err(fail)?, InboxClaim::Held, "the new claim's lease runs from the take-over");
+        assert!(!inbox.finish("mailer", id, stalled).await.map_err(fail)?, "the stalled holder is fenced");
+        assert!(!inbox.release("mailer", id, stalled).await.map_err(fail)?, "the stalled holder is fenced");
+        assert!(inbox.finish("mailer", id, fresh).await.map_err(fail)?);
+        assert_eq!(inbox.consumed("mailer", &[id]).await.map_err(fail)?, vec![id]);
+        Ok(())
+    }
+
+    async fn create_schema_adds_claims_to_an_older_inbox_table(harness, dialect) {
+        // An inbox table as an oncebox without migration 0006 left it, holding a record.
+        for column in ["locked_at", "claim_token", "status"] {
+            harness.execute_sql(dialect, &format!("ALTER TABLE {{consumed}} DROP COLUMN {column}")).await.map_err(fail)?;
+        }
+        let inbox = dialect.inbox_dao();
+        let (known, new) = (Uuid::now_v7(), Uuid::now_v7());
+        assert!(inbox.record("billing", known).await.map_err(fail)?);
+        assert!(inbox.claim("billing", new, HOUR).await.is_err(), "a claim needs the claim columns");
+
+        let everything = SchemaPlan { outbox: true, dlq: true, inbox: true, jobs: true };
+        dialect.create_schema(everything).await.map_err(fail)?;
+        dialect.create_schema(everything).await.map_err(fail)?;
+        assert_eq!(inbox.claim("billing", known, HOUR).await.map_err(fail)?, InboxClaim::Done, "an older record counts as applied");
+        assert!(matches!(inbox.claim("billing", new, HOUR).await.map_err(fail)?, InboxClaim::Taken(_)));
         Ok(())
     }
 

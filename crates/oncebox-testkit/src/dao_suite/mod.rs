@@ -14,7 +14,7 @@ use futures::FutureExt;
 use libtest_mimic::Failed;
 use oncebox_core::event::{DlqFilter, DlqSelection, JobLease};
 use oncebox_core::{
-    ClaimedBatch, Dialect, DlqStatus, ErrorKind, EventStatus, Headers, NewOutboxEvent, OutboxDao,
+    ClaimedBatch, Dialect, DlqStatus, ErrorKind, EventStatus, Headers, InboxClaim, NewOutboxEvent, OutboxDao,
     OutboxEvent, SchemaPlan, Settlement,
 };
 use uuid::Uuid;

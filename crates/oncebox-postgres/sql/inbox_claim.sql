@@ -1,0 +1,4 @@
+-- Claims id $2 for consumer $1 under token $3, in flight from now: one row when it was new.
+INSERT INTO {consumed} (consumer, id, consumed_at, status, claim_token, locked_at)
+VALUES ($1, $2, clock_timestamp(), 'PROCESSING', $3, clock_timestamp())
+ON CONFLICT DO NOTHING
