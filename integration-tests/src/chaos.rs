@@ -9,12 +9,15 @@
 //! ```yaml
 //! oncebox:
 //!   tables: { prefix: c_0123456789ab_ }
-//!   outbox: { events: { order-placed: { topic: oncebox_chaos_0123456789ab } } }
+//!   outbox:
+//!     events:
+//!       order-placed: { topic: oncebox_chaos_0123456789ab }
+//!       order-paid: { topic: oncebox_chaos_0123456789ab, concurrency: 2 }
 //!   inbox: {}
 //! chaos:
 //!   database: postgres
 //!   broker: rabbit
-//!   event-type: order-placed
+//!   event-types: [order-placed, order-paid]
 //!   orders-table: c_0123456789ab_orders
 //!   effects-table: c_0123456789ab_effects
 //!   deliveries-table: c_0123456789ab_deliveries
@@ -134,8 +137,9 @@ pub struct ChaosSettings {
     pub database: Database,
     /// The broker of the run.
     pub broker: Broker,
-    /// The one event type of the run (configured under `oncebox.outbox.events`).
-    pub event_type: String,
+    /// The event types of the run (each configured under `oncebox.outbox.events`, all relayed to
+    /// one topic or exchange).
+    pub event_types: Vec<String>,
     /// The business table the publisher writes.
     pub orders_table: String,
     /// The table of effects: one row per applied event.
@@ -190,8 +194,24 @@ impl ChaosFile {
         let block = serde_norway::to_string(&OnceboxBlock { oncebox: &raw.oncebox })
             .map_err(|error| plumbing("re-reading the oncebox block", error))?;
         let oncebox = Config::from_yaml_str(&block)?;
-        oncebox.event(&raw.chaos.event_type)?;
+        let Some(first) = raw.chaos.event_types.first() else {
+            return Err(Error::config("chaos.event-types", "name at least one event type"));
+        };
+        let destination = &oncebox.event(first)?.topic;
+        for event_type in &raw.chaos.event_types {
+            if &oncebox.event(event_type)?.topic != destination {
+                return Err(Error::config(
+                    "chaos.event-types",
+                    format!("{event_type} has another topic than {first}: a run relays every type to one"),
+                ));
+            }
+        }
         Ok(Self { oncebox, chaos: raw.chaos })
+    }
+
+    /// The run's event types.
+    pub fn event_types(&self) -> Vec<&str> {
+        self.chaos.event_types.iter().map(String::as_str).collect()
     }
 
     /// The names the run's processes meet on, as the suites' stores and transports take them.
@@ -200,7 +220,11 @@ impl ChaosFile {
             prefix: self.oncebox.tables.names.prefix().to_owned(),
             orders: self.chaos.orders_table.clone(),
             effects: self.chaos.effects_table.clone(),
-            destination: self.oncebox.event(&self.chaos.event_type)?.topic.clone(),
+            destination: self
+                .oncebox
+                .event(self.event_types().first().copied().unwrap_or_default())?
+                .topic
+                .clone(),
             consumer: self.chaos.listener_group.clone(),
         })
     }
@@ -345,7 +369,7 @@ async fn consumer<S: Store, T: Transport>(file: &ChaosFile, broken: bool) -> Res
             Box::pin(async move { apply_event::<S>(&dialect, &inbox, &names, &deliveries, id, broken).await })
         })
     };
-    let listening = transport::<T>()?.listen(&names, &file.chaos.event_type, handler).await?;
+    let listening = transport::<T>()?.listen(&names, &file.event_types(), handler).await?;
     let listened = listening.until(terminated(file.chaos.exit_on_stdin_eof)).await;
     let shutdown = oncebox.shutdown(SHUTDOWN).await;
     listened?;

@@ -37,6 +37,19 @@ use crate::chaos::{
 use crate::servers::{PrivateKafka, PrivateMariadb, PrivatePostgres, RabbitApp};
 use crate::{EVENT_TYPE, Ledger, Names, Order, Placed, Store, Transport, copies_of, fresh_name, plumbing};
 
+/// The second event type of a run, relayed to the same topic or exchange as [`EVENT_TYPE`] by two
+/// pollers (`concurrency: 2`); every third transaction publishes it.
+pub const PAID_EVENT_TYPE: &str = "order-paid";
+/// The pollers of [`PAID_EVENT_TYPE`] in each relay.
+const PAID_CONCURRENCY: u32 = 2;
+
+/// The event type of `order`'s events: [`PAID_EVENT_TYPE`] for the orders of every third
+/// transaction, [`EVENT_TYPE`] for the others (the orders of one transaction share it, since
+/// they share their number but for the last digit).
+pub fn event_type_of(order: &Order) -> &'static str {
+    if (order.order / 10) % 3 == 1 { PAID_EVENT_TYPE } else { EVENT_TYPE }
+}
+
 /// How long after the stuck threshold a stopped relay stays stopped: past the next recovery run
 /// (stuck recovery is polled every 0.5–1 s).
 const STOPPED_PAST_STUCK: Duration = Duration::from_secs(2);
@@ -289,6 +302,8 @@ pub struct Report {
     pub failed_transactions: usize,
     /// Copies of delivered events re-published after the recovery.
     pub copies: usize,
+    /// Committed events by event type.
+    pub committed_by_type: Vec<(&'static str, usize)>,
     /// Committed events that relays sabotaged with [`Sabotage::RelayDropsSends`] never sent (0 in
     /// any other run): the ledger must report exactly these lost.
     pub dropped_by_relays: usize,
@@ -356,6 +371,12 @@ impl Report {
             self.copies,
             self.relays.len(),
         );
+        let by_type: Vec<String> = self
+            .committed_by_type
+            .iter()
+            .map(|(event_type, count)| format!("{event_type} {count}"))
+            .collect();
+        let _ = write!(text, "\ncommitted by event type (one topic or exchange): {}", by_type.join(", "));
         if self.dropped_by_relays > 0 {
             let _ = write!(
                 text,
@@ -559,10 +580,14 @@ impl Run {
     events:
       {EVENT_TYPE}:
         topic: {destination}
-        batch-size: 50
-        max-retries: 1000
-        backoff: {{ delay: 100ms, multiplier: 2, max-delay: 1s }}
-        polling: {{ min-fixed-delay: 20ms, max-fixed-delay: 200ms }}
+      {PAID_EVENT_TYPE}:
+        topic: {destination}
+        concurrency: {PAID_CONCURRENCY}
+    defaults:
+      batch-size: 50
+      max-retries: 1000
+      backoff: {{ delay: 100ms, multiplier: 2, max-delay: 1s }}
+      polling: {{ min-fixed-delay: 20ms, max-fixed-delay: 200ms }}
     stuck-recovery:
       max-batch-processing-time: {stuck}ms
       max-recoveries: 50
@@ -571,7 +596,7 @@ impl Run {
 chaos:
   database: {database}
   broker: {broker}
-  event-type: {EVENT_TYPE}
+  event-types: [{EVENT_TYPE}, {PAID_EVENT_TYPE}]
   orders-table: {orders}
   effects-table: {effects}
   deliveries-table: {deliveries}
@@ -981,7 +1006,7 @@ async fn drive<S: Store, T: Transport>(
     // The publishers, in this process, on their own pool; each takes its share of the rate.
     let publishing = store.open().await?.with_tables(&names.outbox_tables()?);
     let publisher: crate::store::StorePublisher<S> =
-        Publisher::new(Arc::new(publishing.writer()), [EVENT_TYPE.to_owned()]);
+        Publisher::new(Arc::new(publishing.writer()), [EVENT_TYPE.to_owned(), PAID_EVENT_TYPE.to_owned()]);
     let shared = Arc::new((publishing, publisher, names.clone()));
     let lanes = profile.publishers.max(1);
     let rate = (profile.transactions_per_second / lanes).max(1);
@@ -1054,6 +1079,12 @@ async fn drive<S: Store, T: Transport>(
         in_doubt: (in_doubt, resolved_committed),
         failed_transactions: published.failed,
         copies,
+        committed_by_type: [EVENT_TYPE, PAID_EVENT_TYPE]
+            .into_iter()
+            .map(|wanted| {
+                (wanted, published.committed.values().filter(|order| event_type_of(order) == wanted).count())
+            })
+            .collect(),
         dropped_by_relays: published.committed.len() - awaited.len(),
         notes: Vec::new(),
         elapsed: Duration::ZERO,
@@ -1079,7 +1110,7 @@ async fn drive<S: Store, T: Transport>(
     // when relays drop events: a copy would deliver a dropped one).
     let before = finished::<S>(dialect, &run.deliveries).await?;
     let count = if options.sabotage == Sabotage::RelayDropsSends { 0 } else { profile.copies };
-    let copies = copies_of(&published.committed, &names.destination, count)?;
+    let copies = copies_of(&published.committed, &names.destination, count, event_type_of)?;
     if !copies.is_empty() {
         transport.republish(&copies).await?;
         wait_while_progressing(|| async {
@@ -1191,7 +1222,8 @@ async fn publish<S: Store>(
         let orders: Vec<Order> =
             (first..first + size).map(|order| Order { order, total_cents: 1_000 + order % 997 }).collect();
         let commit = transaction % 5 != 4;
-        match S::place(dialect, publisher, names, EVENT_TYPE, &orders, commit).await {
+        let event_type = orders.first().map_or(EVENT_TYPE, event_type_of);
+        match S::place(dialect, publisher, names, event_type, &orders, commit).await {
             Placed::Committed(ids) => published.committed.extend(ids.into_iter().zip(orders)),
             Placed::RolledBack(ids) => published.rolled_back.extend(ids),
             Placed::Failed(ids, error) => {

@@ -54,19 +54,21 @@ pub fn fresh_name(prefix: &str) -> String {
 pub const EVENT_TYPE: &str = "order-placed";
 
 /// Copies of the first `count` committed events, as the relay sends them to `destination`, for a
-/// scenario to re-publish straight to the broker (what a lost acknowledgement leads to).
-pub fn copies_of(
-    committed: &std::collections::BTreeMap<uuid::Uuid, Order>,
+/// scenario to re-publish straight to the broker (what a lost acknowledgement leads to); each
+/// order's event type is `event_type(order)`.
+pub fn copies_of<'a>(
+    committed: impl IntoIterator<Item = (&'a uuid::Uuid, &'a Order)>,
     destination: &str,
     count: usize,
+    event_type: impl Fn(&Order) -> &'static str,
 ) -> oncebox::Result<Vec<oncebox::OutboundMessage>> {
     committed
-        .iter()
+        .into_iter()
         .take(count)
         .map(|(id, order)| {
             Ok(oncebox::OutboundMessage {
                 id: *id,
-                event_type: EVENT_TYPE.to_owned(),
+                event_type: event_type(order).to_owned(),
                 topic: destination.to_owned(),
                 key: id.to_string(),
                 payload: serde_json::to_string(order)

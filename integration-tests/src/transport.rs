@@ -113,12 +113,12 @@ pub trait Transport: Sized + Send + Sync + 'static {
     /// A new sender for the relay (the engine hands it the emergency timeout).
     fn sender(&self) -> Result<Arc<dyn Sender>>;
 
-    /// Starts the transport's listener on `names.consumer`, handing every delivery of `event_type`
-    /// to `handler`; returns once deliveries published from now on reach it.
+    /// Starts the transport's listener on `names.consumer`, handing every delivery of each of
+    /// `event_types` to `handler`; returns once deliveries published from now on reach it.
     fn listen(
         &self,
         names: &Names,
-        event_type: &str,
+        event_types: &[&str],
         handler: EventHandler,
     ) -> impl Future<Output = Result<Listening>> + Send;
 
@@ -205,7 +205,7 @@ impl Transport for KafkaTransport {
         Ok(Arc::new(KafkaSender::new(self.sender_config())?))
     }
 
-    async fn listen(&self, names: &Names, event_type: &str, handler: EventHandler) -> Result<Listening> {
+    async fn listen(&self, names: &Names, event_types: &[&str], handler: EventHandler) -> Result<Listening> {
         let config = KafkaListenerConfig::new(&self.bootstrap, &names.consumer, [names.destination.as_str()])
             .with_retry_backoff(RETRY_MIN, RETRY_MAX)
             // A member that died is noticed after this rather than librdkafka's 45 s, so its
@@ -219,8 +219,12 @@ impl Transport for KafkaTransport {
             _ => config,
         };
         // A fresh group starts at the earliest offset, so nothing published before it joined is missed.
-        let listener = KafkaListener::builder(config)
-            .on(event_type, move |event: KafkaEvent<Order>| handler(event.id, event.payload))
+        let listener = event_types
+            .iter()
+            .fold(KafkaListener::builder(config), |builder, event_type| {
+                let handler = handler.clone();
+                builder.on(*event_type, move |event: KafkaEvent<Order>| handler(event.id, event.payload))
+            })
             .build()?;
         Ok(Listening::spawn(|shutdown| async move { listener.run(shutdown).await }))
     }
@@ -329,12 +333,17 @@ impl Transport for RabbitTransport {
         Ok(Arc::new(RabbitSender::new(RabbitSenderConfig::new(&self.url))?))
     }
 
-    async fn listen(&self, names: &Names, event_type: &str, handler: EventHandler) -> Result<Listening> {
+    async fn listen(&self, names: &Names, event_types: &[&str], handler: EventHandler) -> Result<Listening> {
         let config = RabbitListenerConfig::new(&self.url, &names.consumer)
             .with_declare(RabbitTopology::new(&names.destination))
             .with_retry_backoff(RETRY_MIN, RETRY_MAX);
-        let listener = RabbitListener::builder(config)
-            .on(event_type, move |event: RabbitEvent<Order>| handler(event.id, event.payload))
+        // The declared queue is bound to the exchange by every registered event type.
+        let listener = event_types
+            .iter()
+            .fold(RabbitListener::builder(config), |builder, event_type| {
+                let handler = handler.clone();
+                builder.on(*event_type, move |event: RabbitEvent<Order>| handler(event.id, event.payload))
+            })
             .build()?;
         let listening = Listening::spawn(|shutdown| async move { listener.run(shutdown).await });
         // Mandatory publishing reports an event unroutable until the queue is bound.

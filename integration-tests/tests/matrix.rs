@@ -146,7 +146,7 @@ async fn run<S: Store, T: Transport>(
             Box::pin(async move { S::apply(&dialect, &inbox, &names, id, fail).await })
         })
     };
-    *listening = Some(transport.listen(&names, EVENT_TYPE, handler).await.map_err(fail)?);
+    *listening = Some(transport.listen(&names, &[EVENT_TYPE], handler).await.map_err(fail)?);
 
     // More relay instances on the same tables, each with its own pool and sender.
     for _ in 1..S::RELAYS {
@@ -197,7 +197,7 @@ async fn run<S: Store, T: Transport>(
 
     // Copies of delivered events straight to the broker, as after a lost acknowledgement.
     let before = deliveries.snapshot()?;
-    let copies = copies_of(&committed, &names.destination, COPIES).map_err(fail)?;
+    let copies = copies_of(&committed, &names.destination, COPIES, |_| EVENT_TYPE).map_err(fail)?;
     transport.republish(&copies).await.map_err(fail)?;
     eventually("every re-published copy delivered", WAIT, || async {
         let now = deliveries.snapshot()?;

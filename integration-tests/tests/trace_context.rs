@@ -75,7 +75,7 @@ async fn continuity<T: Transport>() -> TestResult {
             Box::pin(async { Ok(Consumed::Applied(())) })
         })
     };
-    let listening = transport.listen(&names, EVENT_TYPE, handler).await.map_err(fail)?;
+    let listening = transport.listen(&names, &[EVENT_TYPE], handler).await.map_err(fail)?;
     transport.await_listener(&names).await.map_err(fail)?;
 
     let result = follow(&outbox, &names, &consumed).await;
