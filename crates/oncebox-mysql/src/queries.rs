@@ -498,6 +498,21 @@ mod tests {
     }
 
     #[test]
+    fn claims_recoveries_and_settles_re_check_the_status() {
+        let statements = MySqlQueries::new(&TableNames::default());
+        let fenced = [
+            ("claim_update", statements.claim_update.sql_for(&[])),
+            ("recover_stuck", statements.common.recover_stuck.sql_for(&[])),
+            ("settle_processed", statements.settle_processed.sql_for(&[])),
+            ("settle_outcomes", statements.settle_outcomes.with_outcomes(2)),
+            ("fail_undecodable", statements.fail_undecodable.sql_for(&[])),
+        ];
+        oncebox_testkit::statement_rules::assert_updates_check_status(
+            fenced.iter().map(|(name, sql)| (*name, sql.as_str())),
+        );
+    }
+
+    #[test]
     fn migrations_get_the_prefix_on_every_table_and_index() {
         let names = TableNames::with_prefix("shop_").unwrap_or_default();
         let rendered = names.render_migration(MIGRATIONS[0].1);

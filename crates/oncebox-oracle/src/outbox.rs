@@ -1,18 +1,21 @@
 //! The relay's outbox DAO: claims as a locking cursor that fetches the batch and an `UPDATE` by
 //! ids in one short transaction, settles as one array-bound `UPDATE` fenced by the claim token.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::NaiveDateTime;
 use oncebox_core::event::{OutboxCounts, last_error_text};
 use oncebox_core::{ClaimedBatch, EventStatus, OutboxDao, OutboxEvent, Result, SettleReport, Settlement};
-use tracing::warn;
+use tracing::{debug, warn};
 use uuid::Uuid;
 
 use crate::error::OraResultExt;
 use crate::row::{Decoded, id_bytes, never_sent, status_counts, utc};
-use crate::session::{Bind, execute, execute_over_ids, lock, lock_ids, micros, query, store_daos};
+use crate::session::{
+    Bind, execute, execute_over_ids, lock, lock_ids, micros, query, query_over_ids, store_daos,
+};
 
 store_daos! {
     /// [`OutboxDao`] on Oracle.
@@ -31,6 +34,13 @@ fn settle_row(settlement: &Settlement) -> SettleRow {
         Settlement::Failed { error, .. } => (EventStatus::Failed, 0, Some(last_error_text(error).to_owned())),
     };
     (id_bytes(settlement.id()), status.as_str(), delay, error)
+}
+
+/// Leaves out of a claim the rows its update did not take (see `claim_update.sql`): `taken` holds
+/// the stored ids of the rows that now hold the claim's token.
+fn keep_taken(decoded: &mut Decoded<OutboxEvent>, taken: &HashSet<Vec<u8>>) {
+    decoded.rows.retain(|event| taken.contains(&id_bytes(event.id)));
+    decoded.undecodable.retain(|(raw, _)| taken.contains(raw));
 }
 
 #[async_trait]
@@ -52,11 +62,25 @@ impl OutboxDao for OraOutboxDao {
                 let claimed_at: NaiveDateTime = first.get("CLAIMED_AT").context(context)?;
                 // Each row on its own: one that cannot be read is claimed with the others and
                 // given up on in the same transaction, and the others are sent.
-                let decoded = Decoded::of(&rows, statements.tables.events(), |columns, id| columns.event(id))?;
+                let mut decoded =
+                    Decoded::of(&rows, statements.tables.events(), |columns, id| columns.event(id))?;
                 let token = id_bytes(claim_token);
                 let ids = decoded.stored_ids();
                 let first: [Bind<'_>; 2] = [("claim_token", &token), ("claimed_at", &claimed_at)];
-                execute_over_ids(connection, &statements.claim_update, &first, &ids, context)?;
+                let taken = execute_over_ids(connection, &statements.claim_update, &first, &ids, context)?;
+                if taken < ids.len() as u64 {
+                    // A row settled after the cursor opened was locked but not taken: it is not
+                    // this claim's, and sending it would send a settled event again.
+                    let binds: [Bind<'_>; 1] = [("claim_token", &token)];
+                    let holding = query_over_ids(connection, &statements.claim_taken, &binds, &ids, context)?;
+                    let holding = holding
+                        .iter()
+                        .map(|row| row.get::<_, Vec<u8>>("ID").context(context))
+                        .collect::<Result<HashSet<_>>>()?;
+                    let left_out = ids.len().saturating_sub(holding.len());
+                    debug!(event_type = %kind, left_out, "a claim left out rows settled after its cursor opened");
+                    keep_taken(&mut decoded, &holding);
+                }
                 for (raw, error) in &decoded.undecodable {
                     warn!(event_type = %kind, %error, "claimed an outbox row that cannot be decoded; marked FAILED");
                     let text = never_sent(error);
@@ -125,13 +149,10 @@ impl OutboxDao for OraOutboxDao {
                     context,
                 )?;
                 let limit = i64::from(max_recoveries);
-                execute_over_ids(
-                    connection,
-                    &statements.recover_update,
-                    &[("max_recoveries", &limit)],
-                    &ids,
-                    context,
-                )
+                // The update re-checks that each row is still stuck (recover_update.sql); the rows
+                // it changed are the ones recovered.
+                let binds: [Bind<'_>; 2] = [("max_recoveries", &limit), ("older_than_micros", &older)];
+                execute_over_ids(connection, &statements.recover_update, &binds, &ids, context)
             })
             .await
     }
@@ -180,6 +201,42 @@ impl OutboxDao for OraOutboxDao {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn event(id: Uuid) -> OutboxEvent {
+        let now = chrono::Utc::now();
+        OutboxEvent {
+            id,
+            event_type: "order-created".into(),
+            payload: "{}".into(),
+            payload_type: "TestEvent".into(),
+            headers: Default::default(),
+            partition_key: None,
+            status: EventStatus::Pending,
+            attempts: 0,
+            next_retry_at: now,
+            created_at: now,
+            updated_at: now,
+            processed_at: None,
+            last_error: None,
+            claim_token: None,
+        }
+    }
+
+    #[test]
+    fn a_claim_keeps_only_the_rows_its_update_took() {
+        let (kept, settled, bad_kept, bad_settled) = (Uuid::now_v7(), Uuid::now_v7(), vec![1_u8], vec![2_u8]);
+        let mut decoded = Decoded {
+            rows: vec![event(kept), event(settled)],
+            undecodable: vec![
+                (bad_kept.clone(), oncebox_core::Error::invalid_input("bad headers")),
+                (bad_settled, oncebox_core::Error::invalid_input("bad headers")),
+            ],
+        };
+        let taken: HashSet<Vec<u8>> = [id_bytes(kept), bad_kept.clone()].into_iter().collect();
+        keep_taken(&mut decoded, &taken);
+        assert_eq!(decoded.rows.iter().map(|event| event.id).collect::<Vec<_>>(), [kept]);
+        assert_eq!(decoded.undecodable.iter().map(|(raw, _)| raw.clone()).collect::<Vec<_>>(), [bad_kept]);
+    }
 
     #[test]
     fn settlements_bind_status_delay_and_error() {

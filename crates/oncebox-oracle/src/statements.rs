@@ -58,7 +58,7 @@ macro_rules! statements {
 }
 
 statements! {
-    claim_lock, claim_update, fail_undecodable, settle, recover_lock, recover_update,
+    claim_lock, claim_update, claim_taken, fail_undecodable, settle, recover_lock, recover_update,
     delete_processed, get_event, count_events, oldest_pending,
     dlq_lock_failed, dlq_remove_ids, dlq_copy_failed, delete_events_by_ids, dlq_lock_to_retry,
     events_insert_from_dlq, dlq_delete_resolved, dlq_get, dlq_list, dlq_count, dlq_counts,
@@ -127,6 +127,22 @@ mod tests {
         for sql in [&statements.claim_lock, &statements.recover_lock, &statements.dlq_lock_failed] {
             assert!(sql.contains("FOR UPDATE SKIP LOCKED"), "{sql}");
         }
+    }
+
+    #[test]
+    fn claims_recoveries_and_settles_re_check_the_status() {
+        // A row the cursor locked may have been settled between the cursor's open and its fetch.
+        let statements = shop();
+        let fenced = [
+            ("claim_update", &statements.claim_update),
+            ("recover_update", &statements.recover_update),
+            ("settle", &statements.settle),
+            ("fail_undecodable", &statements.fail_undecodable),
+        ];
+        let rendered = fenced.map(|(name, sql)| (name, with_ids(sql, 2)));
+        oncebox_testkit::statement_rules::assert_updates_check_status(
+            rendered.iter().map(|(name, sql)| (*name, sql.as_str())),
+        );
     }
 
     #[test]

@@ -1,7 +1,9 @@
 -- Returns up to $2 rows claimed more than $1 microseconds ago to PENDING, oldest first, without
 -- counting an attempt, and counts the recovery instead. The recovery that brings a row to $3
 -- (max-recoveries) makes it FAILED: its event crashed or stalled every worker that sent it. Rows
--- a worker is settling right now are locked and skipped.
+-- a worker is settling right now are locked and skipped. The UPDATE re-checks the status, as
+-- every claim, recovery and settle does, so it never turns a settled row back to PENDING or
+-- FAILED (the CTE's lock re-checked it already).
 WITH clock AS (SELECT clock_timestamp() AS now),
 stuck AS (
     SELECT id FROM {events}
@@ -22,4 +24,4 @@ SET status = CASE WHEN e.recoveries + 1 >= $3 THEN 'FAILED' ELSE 'PENDING' END,
     claim_token = NULL,
     updated_at = (SELECT now FROM clock)
 FROM stuck
-WHERE e.id = stuck.id
+WHERE e.id = stuck.id AND e.status = 'IN_PROCESS'

@@ -269,6 +269,19 @@ mod tests {
     }
 
     #[test]
+    fn claims_recoveries_and_settles_re_check_the_status() {
+        let statements = PgQueries::new(&TableNames::default());
+        let fenced = [
+            ("claim", statements.claim.as_str()),
+            ("recover_stuck", statements.common.recover_stuck.as_str()),
+            ("settle", statements.settle.as_str()),
+            ("settle_processed", statements.settle_processed.as_str()),
+            ("fail_undecodable", statements.fail_undecodable.as_str()),
+        ];
+        oncebox_testkit::statement_rules::assert_updates_check_status(fenced);
+    }
+
+    #[test]
     fn migrations_get_the_prefix_on_every_table_and_index() {
         let names = TableNames::with_prefix("shop_").unwrap_or_default();
         let rendered = names.render_migration(MIGRATIONS[0].1);

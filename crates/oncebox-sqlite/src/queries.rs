@@ -286,4 +286,20 @@ mod tests {
         assert_eq!(insert.as_str().matches('?').count(), 3 * INSERT_EVENT_BINDS);
         assert!(insert.as_str().starts_with("INSERT INTO shop_outbox_events"));
     }
+
+    #[test]
+    fn claims_recoveries_and_settles_re_check_the_status() {
+        let statements = SqliteQueries::new(&TableNames::default());
+        let fenced = [
+            ("claim", &statements.claim),
+            ("recover_stuck", &statements.common.recover_stuck),
+            ("settle_processed", &statements.settle_processed),
+            ("settle_retry", &statements.settle_retry),
+            ("settle_failed", &statements.settle_failed),
+            ("fail_undecodable", &statements.fail_undecodable),
+        ];
+        oncebox_testkit::statement_rules::assert_updates_check_status(
+            fenced.map(|(name, statement)| (name, statement.as_str())),
+        );
+    }
 }

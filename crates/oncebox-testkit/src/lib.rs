@@ -28,6 +28,7 @@ pub mod runner;
 pub mod sender_suite;
 #[cfg(feature = "sqlx")]
 pub mod sqlx_harness;
+pub mod statement_rules;
 
 pub use background::Background;
 pub use harness::{AgedTable, DaoHarness, eventually, fail_into_dlq, random_prefix, with_fresh};
