@@ -376,6 +376,43 @@ dao_cases! {
         Ok(())
     }
 
+    async fn a_settle_restarts_the_count_of_recoveries(harness, dialect) {
+        const MAX_RECOVERIES: u32 = 2;
+        let outbox = dialect.outbox_dao();
+        // A worker stalls on the event once; the next one gets an outcome, a retry.
+        let (published, _) = published_and_claimed(harness, dialect, 1).await?;
+        let event = published[0].id;
+        harness.backdate(dialect, AgedTable::Events, &[event], TWO_HOURS).await.map_err(fail)?;
+        assert_eq!(outbox.recover_stuck(HOUR, MAX_RECOVERIES, 100).await.map_err(fail)?, 1);
+        let batch = outbox.claim(ORDERS, 10).await.map_err(fail)?;
+        assert_eq!(claimed_ids(&batch), vec![event]);
+        let retry = Settlement::Retry { id: event, delay: Duration::ZERO, error: "broker away".into() };
+        assert_eq!(outbox.settle(&batch, &[retry]).await.map_err(fail)?.settled, 1);
+        // A stall after that outcome starts a new run: the event stays deliverable.
+        for recovery in 1..=MAX_RECOVERIES {
+            assert_eq!(claimed_ids(&outbox.claim(ORDERS, 10).await.map_err(fail)?), vec![event]);
+            harness.backdate(dialect, AgedTable::Events, &[event], TWO_HOURS).await.map_err(fail)?;
+            assert_eq!(outbox.recover_stuck(HOUR, MAX_RECOVERIES, 100).await.map_err(fail)?, 1);
+            let row = stored(&*outbox, event).await?;
+            assert_eq!(row.attempts, 1, "only the settle counted an attempt");
+            if recovery < MAX_RECOVERIES {
+                assert_eq!(
+                    row.status,
+                    EventStatus::Pending,
+                    "{recovery} recovery since the settle, {} in all, of at most {MAX_RECOVERIES}: \
+                     the settle must restart the count",
+                    recovery + 1
+                );
+            } else {
+                // The stalls since the settle still add up to the limit.
+                assert_eq!(row.status, EventStatus::Failed, "after {MAX_RECOVERIES} consecutive recoveries");
+                let last_error = row.last_error.unwrap_or_default();
+                assert!(last_error.contains(&format!("recovered {MAX_RECOVERIES} times")), "{last_error}");
+            }
+        }
+        Ok(())
+    }
+
     async fn create_schema_adds_recoveries_to_an_older_outbox_table(harness, dialect) {
         // An outbox table as an oncebox without migration 0005 left it, holding a stuck row.
         harness.execute_sql(dialect, "ALTER TABLE {events} DROP COLUMN recoveries").await.map_err(fail)?;
