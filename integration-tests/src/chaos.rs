@@ -23,6 +23,8 @@
 //!   deliveries-table: c_0123456789ab_deliveries
 //!   listener-group: oncebox_chaos_effects_0123456789ab
 //!   inbox-consumer: effects
+//!   dead-letter: oncebox_chaos_dead_0123456789ab
+//!   handler-failures: { seed: 42, failing-per-mille: 30, poison-per-mille: 1 }
 //!   stats-dir: /tmp/oncebox_chaos_0123456789ab
 //!   exit-on-stdin-eof: true
 //! ```
@@ -74,6 +76,9 @@ pub fn dropped_by_a_broken_relay(id: Uuid) -> bool {
 /// the window in which a consumer killed has applied an event the broker will deliver again, which
 /// every consumer has, widened so that the consumer kills of a short run meet it.
 const BROKEN_ACKNOWLEDGES_AFTER: Duration = Duration::from_millis(50);
+
+/// The outcome noted on a delivery whose handler failed on purpose.
+pub const FAILED: &str = "failed";
 
 /// How often a relay replaces its stats file.
 const STATS_EVERY: Duration = Duration::from_millis(200);
@@ -150,6 +155,13 @@ pub struct ChaosSettings {
     pub listener_group: String,
     /// The inbox consumer name.
     pub inbox_consumer: String,
+    /// Where the listeners dead-letter an event whose handler keeps failing (see
+    /// [`Names::dead_letter`]); without it such an event is retried for as long as it fails.
+    #[serde(default)]
+    pub dead_letter: Option<String>,
+    /// Handler failures the consumers make on purpose, decided by each event's id.
+    #[serde(default)]
+    pub handler_failures: Option<HandlerFailures>,
     /// Where relays keep their stats files.
     pub stats_dir: PathBuf,
     /// Exit (as on SIGTERM) when standard input reaches its end: the harness holds the other end
@@ -226,7 +238,56 @@ impl ChaosFile {
                 .topic
                 .clone(),
             consumer: self.chaos.listener_group.clone(),
+            dead_letter: self.chaos.dead_letter.clone(),
         })
+    }
+}
+
+/// Handler failures on purpose: a share of the events fails its first 1–3 handler runs, and a
+/// smaller share is poison (every run fails), decided by the event id and the seed alone, so that
+/// every consumer process, and the harness, agree on each event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct HandlerFailures {
+    /// Mixed with each event id.
+    pub seed: u64,
+    /// Events in a thousand whose handler fails its first 1–3 runs.
+    pub failing_per_mille: u32,
+    /// Events in a thousand whose handler fails every run: the listener must dead-letter them.
+    pub poison_per_mille: u32,
+}
+
+/// What [`HandlerFailures`] plans for one event's handler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Planned {
+    /// Succeeds at its first run.
+    Succeeds,
+    /// Fails this many runs (1–3), counted over every consumer process, then succeeds.
+    FailsFirst(i64),
+    /// Fails every run.
+    Poison,
+}
+
+impl HandlerFailures {
+    /// The plan for event `id`.
+    pub fn plan(&self, id: Uuid) -> Planned {
+        let bits = id.as_u128();
+        // Both halves of the id: a UUIDv7's high half is mostly its timestamp.
+        let mixed = self.seed ^ (bits as u64) ^ ((bits >> 64) as u64).rotate_left(17);
+        let mut rng = fastrand::Rng::with_seed(mixed);
+        let roll = rng.u32(0..1_000);
+        if roll < self.poison_per_mille {
+            Planned::Poison
+        } else if roll < self.poison_per_mille + self.failing_per_mille {
+            Planned::FailsFirst(rng.i64(1..=3))
+        } else {
+            Planned::Succeeds
+        }
+    }
+
+    /// Whether event `id` is poison.
+    pub fn is_poison(&self, id: Uuid) -> bool {
+        self.plan(id) == Planned::Poison
     }
 }
 
@@ -361,12 +422,15 @@ async fn consumer<S: Store, T: Transport>(file: &ChaosFile, broken: bool) -> Res
     let inbox = oncebox.inbox(file.chaos.inbox_consumer.clone());
     let dialect = oncebox.dialect().clone();
     let deliveries: Arc<str> = file.chaos.deliveries_table.as_str().into();
+    let failures = file.chaos.handler_failures;
     let handler: EventHandler = {
         let names = names.clone();
         Arc::new(move |id, _order| {
             let (dialect, inbox, names, deliveries) =
                 (dialect.clone(), inbox.clone(), names.clone(), deliveries.clone());
-            Box::pin(async move { apply_event::<S>(&dialect, &inbox, &names, &deliveries, id, broken).await })
+            Box::pin(async move {
+                apply_event::<S>(&dialect, &inbox, &names, &deliveries, id, broken, failures).await
+            })
         })
     };
     let listening = transport::<T>()?.listen(&names, &file.event_types(), handler).await?;
@@ -382,6 +446,10 @@ async fn consumer<S: Store, T: Transport>(file: &ChaosFile, broken: bool) -> Res
 /// With `broken`, the effect row is written without any inbox check, so every redelivery applies
 /// it again, and the handler returns (the listener acknowledges) only
 /// [`BROKEN_ACKNOWLEDGES_AFTER`] later, so a consumer kill most likely meets an applied event.
+///
+/// With `failures`, the handler of an event they plan to fail fails before its effect, its
+/// delivery noted `failed`: a poison event always, another while fewer of its deliveries (in any
+/// process) than planned have failed.
 pub async fn apply_event<S: Store>(
     dialect: &S::Dialect,
     inbox: &StoreInbox<S>,
@@ -389,8 +457,23 @@ pub async fn apply_event<S: Store>(
     deliveries: &str,
     id: Uuid,
     broken: bool,
+    failures: Option<HandlerFailures>,
 ) -> Result<Consumed<()>> {
     let delivery = S::record_delivery(dialect, deliveries, id, std::process::id()).await?;
+    if let Some(planned) = failures.map(|failures| failures.plan(id)) {
+        let fails = match planned {
+            Planned::Succeeds => false,
+            Planned::Poison => true,
+            Planned::FailsFirst(runs) => S::failed_deliveries(dialect, deliveries, id).await? < runs,
+        };
+        if fails {
+            S::note_delivery(dialect, deliveries, &delivery, FAILED).await?;
+            return Err(Error::new(
+                ErrorKind::Other,
+                format!("event {id}: the handler fails on purpose ({planned:?})"),
+            ));
+        }
+    }
     let outcome = if broken {
         S::apply_without_inbox(dialect, names, id).await?;
         Consumed::Applied(())

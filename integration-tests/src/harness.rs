@@ -32,7 +32,8 @@ use oncebox::{Dialect, Publisher, Result};
 use uuid::Uuid;
 
 use crate::chaos::{
-    BROKEN_VARIABLE, Broker, DROP_SENDS_VARIABLE, Database, RelayStats, dropped_by_a_broken_relay,
+    BROKEN_VARIABLE, Broker, DROP_SENDS_VARIABLE, Database, FAILED, HandlerFailures, RelayStats,
+    dropped_by_a_broken_relay,
 };
 use crate::servers::{PrivateKafka, PrivateMariadb, PrivatePostgres, RabbitApp};
 use crate::{EVENT_TYPE, Ledger, Names, Order, Placed, Store, Transport, copies_of, fresh_name, plumbing};
@@ -125,6 +126,9 @@ pub struct Profile {
     pub copies: usize,
     /// The relays' emergency timeout and stuck threshold, which switch claim-ahead on or off.
     pub relaying: Relaying,
+    /// Handler failures on purpose, in events per thousand: `(failing, poison)`, where a failing
+    /// event's handler fails its first 1–3 runs and a poison event's every run (dead-lettered).
+    pub handler_failures: Option<(u32, u32)>,
 }
 
 /// The run `cargo test --workspace` makes on the shared servers: process faults only, so nothing
@@ -141,6 +145,7 @@ pub const SMOKE: Profile = Profile {
     database_restarts: 0,
     copies: 20,
     relaying: Relaying::SEQUENTIAL,
+    handler_failures: Some((30, 2)),
 };
 
 /// What `.ci/run` runs: about 20,000 events per pair, every kind of fault.
@@ -156,6 +161,7 @@ pub const QUICK: Profile = Profile {
     database_restarts: 1,
     copies: 50,
     relaying: Relaying::CLAIMING_AHEAD,
+    handler_failures: Some((30, 1)),
 };
 
 /// The documented long run: about 100,000 events per pair, 20 relay kills, 3 broker restarts.
@@ -171,6 +177,7 @@ pub const FULL: Profile = Profile {
     database_restarts: 1,
     copies: 100,
     relaying: Relaying::SEQUENTIAL,
+    handler_failures: Some((30, 1)),
 };
 
 impl Profile {
@@ -316,14 +323,15 @@ pub struct Report {
 impl Report {
     /// The header of [`Report::row`].
     pub const HEADER: &'static str = "| pair | seed | committed | rolled back | delivered unique | duplicates delivered \
-         | effects | double effects | lost | rolled back but delivered | stuck rows | refused settles |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|";
+         | effects | double effects | lost | rolled back but delivered | stuck rows | handler failures \
+         | poison dead-lettered | refused settles |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|";
 
     /// One Markdown table row of the ledger.
     pub fn row(&self) -> String {
         let refused: u64 = self.relays.iter().map(|(_, stats)| stats.refused_settles).sum();
         format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             self.pair.name(),
             self.seed,
             self.ledger.committed,
@@ -335,6 +343,8 @@ impl Report {
             self.ledger.lost.len(),
             self.ledger.rolled_back_delivered.len(),
             self.ledger.stuck_rows(),
+            self.ledger.handler_failures,
+            self.ledger.poison_dead_lettered.len(),
             refused,
         )
     }
@@ -377,6 +387,10 @@ impl Report {
             .map(|(event_type, count)| format!("{event_type} {count}"))
             .collect();
         let _ = write!(text, "\ncommitted by event type (one topic or exchange): {}", by_type.join(", "));
+        if !self.ledger.poison_dead_lettered.is_empty() {
+            let ids: Vec<String> = self.ledger.poison_dead_lettered.iter().map(Uuid::to_string).collect();
+            let _ = write!(text, "\npoison events dead-lettered: {}", ids.join(", "));
+        }
         if self.dropped_by_relays > 0 {
             let _ = write!(
                 text,
@@ -522,7 +536,7 @@ async fn run_pair<S: Store, T: Transport>(
     };
     std::fs::create_dir_all(&run.dir).map_err(|error| plumbing("creating the run's directory", error))?;
     let config = run.dir.join("chaos.yaml");
-    std::fs::write(&config, run.config_text(profile.relaying))
+    std::fs::write(&config, run.config_text(profile, options.seed))
         .map_err(|error| plumbing("writing the run's configuration", error))?;
     let mut fleet = Fleet::new(config, run.dir.clone(), options, servers.variables.clone(), S::RELAYS);
     let dialect = store.open().await?;
@@ -570,7 +584,28 @@ struct Run {
 }
 
 impl Run {
-    fn config_text(&self, relaying: Relaying) -> String {
+    /// The handler failures of `profile` for a run with `seed`.
+    fn failures(&self, profile: &Profile, seed: u64) -> Option<HandlerFailures> {
+        profile.handler_failures.map(|(failing_per_mille, poison_per_mille)| HandlerFailures {
+            seed,
+            failing_per_mille,
+            poison_per_mille,
+        })
+    }
+
+    fn config_text(&self, profile: &Profile, seed: u64) -> String {
+        let relaying = profile.relaying;
+        let failures = self.failures(profile, seed).map_or_else(String::new, |failures| {
+            format!(
+                "  handler-failures: {{ seed: {}, failing-per-mille: {}, poison-per-mille: {} }}\n",
+                failures.seed, failures.failing_per_mille, failures.poison_per_mille
+            )
+        });
+        let dead_letter = self
+            .names
+            .dead_letter
+            .as_ref()
+            .map_or_else(String::new, |name| format!("  dead-letter: {name}\n"));
         format!(
             "oncebox:
   tables:
@@ -602,7 +637,7 @@ chaos:
   deliveries-table: {deliveries}
   listener-group: {group}
   inbox-consumer: {INBOX_CONSUMER}
-  stats-dir: {dir}
+{dead_letter}{failures}  stats-dir: {dir}
   exit-on-stdin-eof: true
 ",
             prefix = self.names.prefix,
@@ -620,8 +655,8 @@ chaos:
     }
 }
 
-/// Fresh names of one run: a table prefix `c_<random>_` and its own topic or exchange and group
-/// or queue.
+/// Fresh names of one run: a table prefix `c_<random>_` and its own topic or exchange, group or
+/// queue, and dead-letter topic or queue.
 fn fresh_names() -> Names {
     let prefix = format!("{}_", fresh_name("c"));
     Names {
@@ -629,6 +664,7 @@ fn fresh_names() -> Names {
         effects: format!("{prefix}effects"),
         destination: fresh_name("oncebox_chaos"),
         consumer: fresh_name("oncebox_chaos_effects"),
+        dead_letter: Some(fresh_name("oncebox_chaos_dead")),
         prefix,
     }
 }
@@ -1049,12 +1085,16 @@ async fn drive<S: Store, T: Transport>(
 
     // Recovery: every committed event applied and every outbox row settled, as long as either
     // keeps growing. Events a sabotaged relay dropped never arrive: the ledger must find them lost.
-    let awaited: Vec<String> = published
-        .committed
-        .keys()
-        .filter(|id| options.sabotage != Sabotage::RelayDropsSends || !dropped_by_a_broken_relay(**id))
-        .map(Uuid::to_string)
-        .collect();
+    // Poison events are awaited in the dead-letter destination instead of among the effects.
+    let failures = run.failures(profile, seed);
+    let is_poison = |id: &Uuid| failures.is_some_and(|failures| failures.is_poison(*id));
+    let arrives =
+        |id: &Uuid| options.sabotage != Sabotage::RelayDropsSends || !dropped_by_a_broken_relay(*id);
+    let awaited: Vec<String> =
+        published.committed.keys().filter(|id| arrives(id) && !is_poison(id)).map(Uuid::to_string).collect();
+    let poison: Vec<Uuid> = published.committed.keys().filter(|id| is_poison(id)).copied().collect();
+    let awaited_poison: Vec<Uuid> = poison.iter().filter(|id| arrives(id)).copied().collect();
+    let dead_lettered = std::sync::Mutex::new(HashSet::<Uuid>::new());
     let recovered = wait_while_progressing(|| async {
         let effects = S::effects(dialect, names).await?;
         let applied: HashSet<&str> = effects.iter().map(|(id, _)| id.as_str()).collect();
@@ -1062,8 +1102,16 @@ async fn drive<S: Store, T: Transport>(
         let settled: i64 =
             statuses.iter().filter(|(status, _)| status == "PROCESSED").map(|(_, count)| count).sum();
         let all_settled = statuses.iter().all(|(status, _)| status == "PROCESSED");
-        let done = all_settled && awaited.iter().all(|id| applied.contains(id.as_str()));
-        Ok((done, (effects.len(), settled)))
+        let mut done = all_settled && awaited.iter().all(|id| applied.contains(id.as_str()));
+        // Read only once the rest is done: a Kafka dead-letter topic is read from its start.
+        if done && !awaited_poison.is_empty() {
+            let found = transport.dead_lettered(names).await?;
+            let mut seen = dead_lettered.lock().map_err(|error| plumbing("the dead-lettered ids", error))?;
+            seen.extend(found);
+            done = awaited_poison.iter().all(|id| seen.contains(id));
+        }
+        let dead = dead_lettered.lock().map_or(0, |seen| seen.len());
+        Ok((done, (effects.len(), settled, dead)))
     })
     .await;
     fleet.check_alive()?;
@@ -1085,12 +1133,13 @@ async fn drive<S: Store, T: Transport>(
                 (wanted, published.committed.values().filter(|order| event_type_of(order) == wanted).count())
             })
             .collect(),
-        dropped_by_relays: published.committed.len() - awaited.len(),
+        dropped_by_relays: published.committed.keys().filter(|id| !arrives(id)).count(),
         notes: Vec::new(),
         elapsed: Duration::ZERO,
     };
     if let Err(error) = recovered {
-        let ledger = read_ledger::<S>(dialect, run, &published).await?;
+        let dead = dead_lettered.lock().map(|seen| seen.clone()).unwrap_or_default();
+        let ledger = read_ledger::<S>(dialect, run, &published, &poison, &dead).await?;
         let stalled = report(ledger, RelayStats::read_all(&run.dir)?, 0, faults);
         let lost: Vec<Uuid> = stalled.ledger.lost.iter().take(10).copied().collect();
         // The publishers' dialect: it reads the run's outbox tables, not the default ones.
@@ -1110,7 +1159,12 @@ async fn drive<S: Store, T: Transport>(
     // when relays drop events: a copy would deliver a dropped one).
     let before = finished::<S>(dialect, &run.deliveries).await?;
     let count = if options.sabotage == Sabotage::RelayDropsSends { 0 } else { profile.copies };
-    let copies = copies_of(&published.committed, &names.destination, count, event_type_of)?;
+    let copies = copies_of(
+        published.committed.iter().filter(|(id, _)| !is_poison(id)),
+        &names.destination,
+        count,
+        event_type_of,
+    )?;
     if !copies.is_empty() {
         transport.republish(&copies).await?;
         wait_while_progressing(|| async {
@@ -1124,7 +1178,9 @@ async fn drive<S: Store, T: Transport>(
         fleet.check_alive()?;
     }
 
-    let ledger = read_ledger::<S>(dialect, run, &published).await?;
+    let mut dead = dead_lettered.into_inner().map_err(|error| plumbing("the dead-lettered ids", error))?;
+    dead.extend(transport.dead_lettered(names).await?);
+    let ledger = read_ledger::<S>(dialect, run, &published, &poison, &dead).await?;
     Ok(report(ledger, RelayStats::read_all(&run.dir)?, copies.len(), fleet.faults))
 }
 
@@ -1152,12 +1208,28 @@ async fn finished<S: Store>(dialect: &S::Dialect, table: &str) -> Result<HashMap
 }
 
 /// The ledger of the run as its tables stand.
-async fn read_ledger<S: Store>(dialect: &S::Dialect, run: &Run, published: &Published) -> Result<Ledger> {
+/// A delivery whose handler failed on purpose counts as a handler failure, not as a delivery
+/// (an event whose every delivery failed is delivered, with none beyond the first); `poison` are
+/// the committed events planned to fail every run, `dead_lettered` every id found dead-lettered.
+async fn read_ledger<S: Store>(
+    dialect: &S::Dialect,
+    run: &Run,
+    published: &Published,
+    poison: &[Uuid],
+    dead_lettered: &HashSet<Uuid>,
+) -> Result<Ledger> {
     let mut seen: HashMap<Uuid, u64> = HashMap::new();
-    for (id, count) in S::deliveries(dialect, &run.deliveries, false).await? {
+    let mut failures = 0;
+    for (id, outcome, count) in S::deliveries_by_outcome(dialect, &run.deliveries).await? {
         let parsed =
             Uuid::parse_str(&id).map_err(|error| plumbing(&format!("delivered event id {id:?}"), error))?;
-        seen.insert(parsed, u64::try_from(count).unwrap_or_default());
+        let count = u64::try_from(count).unwrap_or_default();
+        let deliveries = seen.entry(parsed).or_default();
+        if outcome == FAILED {
+            failures += count;
+        } else {
+            *deliveries += count;
+        }
     }
     let effects = S::effects(dialect, &run.names).await?;
     let statuses = S::outbox_statuses(dialect, &run.names).await?;
@@ -1167,7 +1239,8 @@ async fn read_ledger<S: Store>(dialect: &S::Dialect, run: &Run, published: &Publ
         &seen,
         &effects,
         &statuses,
-    ))
+    )
+    .with_handler_failures(failures, poison, dead_lettered, &effects))
 }
 
 /// Polls `check` (done, progress) until done; fails once the progress has not changed for

@@ -43,6 +43,16 @@ pub struct Ledger {
     pub unsettled_rows: Vec<(String, i64)>,
     /// Outbox rows in all.
     pub outbox_rows: i64,
+    /// Handler runs that failed on purpose (see [`Ledger::with_handler_failures`]).
+    pub handler_failures: u64,
+    /// Committed poison events found dead-lettered, as they must be.
+    pub poison_dead_lettered: Vec<Uuid>,
+    /// Committed poison events not dead-lettered.
+    pub poison_not_dead_lettered: Vec<Uuid>,
+    /// Committed poison events with an effect row.
+    pub poison_with_effect: Vec<Uuid>,
+    /// Dead-lettered events that are not poison: given up although their handler would succeed.
+    pub dead_lettered_not_poison: Vec<Uuid>,
 }
 
 impl Ledger {
@@ -85,7 +95,43 @@ impl Ledger {
             rolled_back_delivered: rolled_back.into_iter().filter(|id| deliveries.contains_key(id)).collect(),
             unsettled_rows: outbox_statuses.iter().filter(|(status, _)| status != SETTLED).cloned().collect(),
             outbox_rows: outbox_statuses.iter().map(|(_, count)| count).sum(),
+            handler_failures: 0,
+            poison_dead_lettered: Vec::new(),
+            poison_not_dead_lettered: Vec::new(),
+            poison_with_effect: Vec::new(),
+            dead_lettered_not_poison: Vec::new(),
         }
+    }
+
+    /// The accounting of a run whose handlers failed on purpose: `failures` failed runs in all;
+    /// `poison`, the committed events whose handler always fails, must end in the dead-letter
+    /// destination (`dead_lettered`: every event id found there) and never have an effect, and
+    /// no other event may be dead-lettered. A poison event is not missing an effect.
+    #[must_use]
+    pub fn with_handler_failures(
+        mut self,
+        failures: u64,
+        poison: &[Uuid],
+        dead_lettered: &HashSet<Uuid>,
+        effects: &[(String, i64)],
+    ) -> Self {
+        let poison_set: HashSet<Uuid> = poison.iter().copied().collect();
+        let applied: HashSet<&str> = effects.iter().map(|(id, _)| id.as_str()).collect();
+        self.handler_failures = failures;
+        self.missing_effects.retain(|id| !poison_set.contains(id));
+        (self.poison_dead_lettered, self.poison_not_dead_lettered) =
+            poison.iter().partition(|id| dead_lettered.contains(id));
+        self.poison_with_effect =
+            poison.iter().filter(|id| applied.contains(id.to_string().as_str())).copied().collect();
+        self.dead_lettered_not_poison =
+            dead_lettered.iter().filter(|id| !poison_set.contains(id)).copied().collect();
+        self.dead_lettered_not_poison.sort();
+        self
+    }
+
+    /// Committed events that must have exactly one effect: all but the poison ones.
+    pub fn expected_effects(&self) -> usize {
+        self.committed.saturating_sub(self.poison_dead_lettered.len() + self.poison_not_dead_lettered.len())
     }
 
     /// Outbox rows not `PROCESSED`, whatever their status.
@@ -103,7 +149,10 @@ impl Ledger {
             && self.foreign_effects.is_empty()
             && self.missing_effects.is_empty()
             && self.unsettled_rows.is_empty()
-            && usize::try_from(self.effects).is_ok_and(|effects| effects == self.committed)
+            && self.poison_not_dead_lettered.is_empty()
+            && self.poison_with_effect.is_empty()
+            && self.dead_lettered_not_poison.is_empty()
+            && usize::try_from(self.effects).is_ok_and(|effects| effects == self.expected_effects())
             && usize::try_from(self.outbox_rows).is_ok_and(|rows| rows == self.committed)
     }
 
@@ -130,6 +179,24 @@ impl Ledger {
         }
         if !self.unsettled_rows.is_empty() {
             found.push(format!("outbox rows not PROCESSED (status, rows): {:?}", self.unsettled_rows));
+        }
+        if !self.poison_not_dead_lettered.is_empty() {
+            found.push(format!("poison not dead-lettered: {}", some(&self.poison_not_dead_lettered)));
+        }
+        if !self.poison_with_effect.is_empty() {
+            found.push(format!("poison with an effect: {}", some(&self.poison_with_effect)));
+        }
+        if !self.dead_lettered_not_poison.is_empty() {
+            found.push(format!("dead-lettered but not poison: {}", some(&self.dead_lettered_not_poison)));
+        }
+        if usize::try_from(self.effects).ok() != Some(self.expected_effects())
+            && self.double_effects.is_empty()
+        {
+            found.push(format!(
+                "{} effect rows for {} events that must have one",
+                self.effects,
+                self.expected_effects()
+            ));
         }
         if usize::try_from(self.outbox_rows).ok() != Some(self.committed) {
             found.push(format!("{} outbox rows for {} committed events", self.outbox_rows, self.committed));
@@ -190,6 +257,33 @@ mod tests {
         ] {
             assert!(violations.contains(expected), "{expected:?} missing from {violations:?}");
         }
+    }
+
+    #[test]
+    fn poison_must_be_dead_lettered_without_effect_and_nothing_else_dead_lettered() {
+        // 1 applied after failures, 2 poison and dead-lettered: the ledger holds.
+        let deliveries = HashMap::from([(id(1), 1), (id(2), 0)]);
+        let effects = [effect(1, 1)];
+        let ledger = Ledger::new([id(1), id(2)], [], &deliveries, &effects, &processed(2))
+            .with_handler_failures(7, &[id(2)], &HashSet::from([id(2)]), &effects);
+        assert!(ledger.holds(), "{}", ledger.violations());
+        assert_eq!((ledger.handler_failures, ledger.poison_dead_lettered.clone()), (7, vec![id(2)]));
+        assert!(ledger.lost.is_empty() && ledger.missing_effects.is_empty());
+
+        // 2 poison but not dead-lettered, 1 dead-lettered although not poison.
+        let wrong = Ledger::new([id(1), id(2)], [], &deliveries, &effects, &processed(2))
+            .with_handler_failures(0, &[id(2)], &HashSet::from([id(1)]), &effects);
+        assert!(!wrong.holds());
+        let violations = wrong.violations();
+        assert!(violations.contains("poison not dead-lettered: 1"), "{violations}");
+        assert!(violations.contains("dead-lettered but not poison: 1"), "{violations}");
+
+        // A poison event with an effect.
+        let applied = [effect(1, 1), effect(2, 1)];
+        let with_effect = Ledger::new([id(1), id(2)], [], &deliveries, &applied, &processed(2))
+            .with_handler_failures(0, &[id(2)], &HashSet::from([id(2)]), &applied);
+        assert!(!with_effect.holds());
+        assert!(with_effect.violations().contains("poison with an effect: 1"));
     }
 
     #[test]

@@ -38,6 +38,10 @@ pub struct Names {
     pub destination: String,
     /// The Kafka consumer group or RabbitMQ queue of the listener.
     pub consumer: String,
+    /// Where the listener dead-letters an event whose handler keeps failing (a Kafka topic; a
+    /// RabbitMQ dead-letter exchange and its queue, both of this name), or `None`: then such an
+    /// event is retried for as long as it fails.
+    pub dead_letter: Option<String>,
 }
 
 impl Names {
@@ -49,6 +53,7 @@ impl Names {
             effects: format!("{prefix}effects"),
             destination: fresh_name(&format!("oncebox_matrix_{tag}")),
             consumer: fresh_name(&format!("oncebox_matrix_{tag}_effects")),
+            dead_letter: None,
             prefix,
         }
     }
@@ -174,6 +179,20 @@ pub trait Store: Sized + Send + Sync + 'static {
         delivery: &str,
         outcome: &str,
     ) -> impl Future<Output = Result<()>> + Send;
+
+    /// The deliveries of event `id` whose handler noted the outcome `failed`.
+    fn failed_deliveries(
+        dialect: &Self::Dialect,
+        table: &str,
+        id: Uuid,
+    ) -> impl Future<Output = Result<i64>> + Send;
+
+    /// Deliveries by event id and outcome: `(event id, outcome or "" when none was noted,
+    /// deliveries)`.
+    fn deliveries_by_outcome(
+        dialect: &Self::Dialect,
+        table: &str,
+    ) -> impl Future<Output = Result<Vec<(String, String, i64)>>> + Send;
 
     /// Deliveries by event id: `(event id, deliveries)`; with `finished`, only those whose handler
     /// noted an outcome.
@@ -395,6 +414,28 @@ macro_rules! sql_store_operations {
                 .await
                 .map_err(database_error("noting a delivery's outcome"))?;
             Ok(())
+        }
+
+        async fn failed_deliveries(dialect: &$dialect, table: &str, id: Uuid) -> Result<i64> {
+            let sql = format!(
+                "SELECT COUNT(*) FROM {table} WHERE event_id = {} AND outcome = 'failed'",
+                mark($numbered, 1)
+            );
+            sqlx::query_scalar(AssertSqlSafe(sql))
+                .bind(id.to_string())
+                .fetch_one(dialect.pool())
+                .await
+                .map_err(database_error("counting failed deliveries"))
+        }
+
+        async fn deliveries_by_outcome(dialect: &$dialect, table: &str) -> Result<Vec<(String, String, i64)>> {
+            let sql = format!(
+                "SELECT event_id, COALESCE(outcome, ''), COUNT(*) FROM {table} GROUP BY event_id, COALESCE(outcome, '')"
+            );
+            sqlx::query_as(AssertSqlSafe(sql))
+                .fetch_all(dialect.pool())
+                .await
+                .map_err(database_error("counting deliveries by outcome"))
         }
 
         async fn deliveries(dialect: &$dialect, table: &str, finished: bool) -> Result<Vec<(String, i64)>> {

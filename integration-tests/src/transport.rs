@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lapin::options::{ExchangeDeleteOptions, QueueDeclareOptions, QueueDeleteOptions};
+use lapin::options::{BasicGetOptions, ExchangeDeleteOptions, QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::{FieldTable, ShortString};
 use lapin::{Connection, ConnectionProperties};
 use oncebox::kafka::{KafkaEvent, KafkaListener, KafkaListenerConfig, KafkaSender, KafkaSenderConfig};
@@ -42,6 +42,9 @@ const HEARTBEAT_INTERVAL_MS: &str = "1000";
 const PROBE_FETCH: Duration = Duration::from_secs(10);
 /// How long a set-up step (topic creation, queue declaration) may take.
 const SET_UP: Duration = Duration::from_secs(30);
+/// Failed runs of a handler after which a listener with a dead-letter destination gives the event
+/// up (RabbitMQ's default): more than the chaos ledger's failing events fail.
+pub const MAX_ATTEMPTS: u32 = 5;
 
 /// The future of an [`EventHandler`].
 pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<Consumed<()>>> + Send>>;
@@ -136,7 +139,12 @@ pub trait Transport: Sized + Send + Sync + 'static {
     /// acknowledgement; fails unless the broker acknowledged every one.
     fn republish(&self, messages: &[OutboundMessage]) -> impl Future<Output = Result<()>> + Send;
 
-    /// Removes the run's topic or queue and exchange.
+    /// The ids of the events in `names.dead_letter` (none without one): every record of the Kafka
+    /// topic, read from its start; or the messages of the RabbitMQ dead-letter queue, which are
+    /// taken off it, so each is returned once.
+    fn dead_lettered(&self, names: &Names) -> impl Future<Output = Result<Vec<Uuid>>> + Send;
+
+    /// Removes the run's topic or queue and exchange (and the dead-letter ones).
     fn dispose(&self, names: &Names) -> impl Future<Output = Result<()>> + Send;
 }
 
@@ -188,11 +196,15 @@ impl Transport for KafkaTransport {
     }
 
     async fn prepare(&self, names: &Names) -> Result<()> {
-        let topic = NewTopic::new(&names.destination, TOPIC_PARTITIONS, TopicReplication::Fixed(1));
+        let mut topics =
+            vec![NewTopic::new(&names.destination, TOPIC_PARTITIONS, TopicReplication::Fixed(1))];
+        if let Some(dead_letter) = &names.dead_letter {
+            topics.push(NewTopic::new(dead_letter, 1, TopicReplication::Fixed(1)));
+        }
         let options = AdminOptions::new().operation_timeout(Some(SET_UP));
         let results = self
             .admin()?
-            .create_topics(&[topic], &options)
+            .create_topics(&topics, &options)
             .await
             .map_err(|error| plumbing("creating the topic", error))?;
         for result in results {
@@ -217,6 +229,10 @@ impl Transport for KafkaTransport {
         let config = match std::env::var("ONCEBOX_KAFKA_DEBUG") {
             Ok(contexts) if !contexts.trim().is_empty() => config.with_consumer_property("debug", contexts),
             _ => config,
+        };
+        let config = match &names.dead_letter {
+            Some(topic) => config.with_dead_letter_topic(topic).with_max_attempts(MAX_ATTEMPTS),
+            None => config,
         };
         // A fresh group starts at the earliest offset, so nothing published before it joined is missed.
         let listener = event_types
@@ -258,11 +274,21 @@ impl Transport for KafkaTransport {
         sender.flush(EMERGENCY_TIMEOUT).await
     }
 
+    async fn dead_lettered(&self, names: &Names) -> Result<Vec<Uuid>> {
+        let Some(topic) = names.dead_letter.clone() else { return Ok(Vec::new()) };
+        let bootstrap = self.bootstrap.clone();
+        tokio::task::spawn_blocking(move || ids_in_topic(&bootstrap, &topic, 1))
+            .await
+            .map_err(|error| plumbing("reading the dead-letter topic", error))?
+    }
+
     async fn dispose(&self, names: &Names) -> Result<()> {
         let options = AdminOptions::new().operation_timeout(Some(SET_UP));
+        let mut topics = vec![names.destination.as_str()];
+        topics.extend(names.dead_letter.as_deref());
         let results = self
             .admin()?
-            .delete_topics(&[names.destination.as_str()], &options)
+            .delete_topics(&topics, &options)
             .await
             .map_err(|error| plumbing("deleting the topic", error))?;
         for result in results {
@@ -334,8 +360,15 @@ impl Transport for RabbitTransport {
     }
 
     async fn listen(&self, names: &Names, event_types: &[&str], handler: EventHandler) -> Result<Listening> {
+        let topology = match &names.dead_letter {
+            Some(dead_letter) => {
+                RabbitTopology::new(&names.destination).with_dead_letter(dead_letter, dead_letter)
+            }
+            None => RabbitTopology::new(&names.destination),
+        };
         let config = RabbitListenerConfig::new(&self.url, &names.consumer)
-            .with_declare(RabbitTopology::new(&names.destination))
+            .with_declare(topology)
+            .with_max_attempts(MAX_ATTEMPTS)
             .with_retry_backoff(RETRY_MIN, RETRY_MAX);
         // The declared queue is bound to the exchange by every registered event type.
         let listener = event_types
@@ -401,7 +434,39 @@ impl Transport for RabbitTransport {
             .exchange_delete(exchange, ExchangeDeleteOptions::default())
             .await
             .map_err(|error| plumbing("deleting the exchange", error))?;
+        if let Some(dead_letter) = &names.dead_letter {
+            let name =
+                ShortString::try_new(dead_letter.as_str()).map_err(|error| plumbing("queue name", error))?;
+            channel
+                .queue_delete(name.clone(), QueueDeleteOptions::default())
+                .await
+                .map_err(|error| plumbing("deleting the dead-letter queue", error))?;
+            channel
+                .exchange_delete(name, ExchangeDeleteOptions::default())
+                .await
+                .map_err(|error| plumbing("deleting the dead-letter exchange", error))?;
+        }
         Ok(())
+    }
+
+    async fn dead_lettered(&self, names: &Names) -> Result<Vec<Uuid>> {
+        let Some(dead_letter) = &names.dead_letter else { return Ok(Vec::new()) };
+        let queue =
+            ShortString::try_new(dead_letter.as_str()).map_err(|error| plumbing("queue name", error))?;
+        let connection = self.connection().await?;
+        let channel = connection.create_channel().await.map_err(|error| plumbing("test channel", error))?;
+        let mut ids = Vec::new();
+        // Taken off the queue (`no_ack`): the harness keeps what it has read.
+        while let Some(message) = channel
+            .basic_get(queue.clone(), BasicGetOptions { no_ack: true })
+            .await
+            .map_err(|error| plumbing("reading the dead-letter queue", error))?
+        {
+            let event = oncebox::rabbit::decode_delivery(&message.delivery)
+                .map_err(|error| plumbing("a dead-lettered message", error))?;
+            ids.push(event.id);
+        }
+        Ok(ids)
     }
 }
 
@@ -503,6 +568,44 @@ fn find_in_topic(bootstrap: &str, topic: &str, lost: &[Uuid]) -> Result<String> 
         lost.len(),
         if found.is_empty() { "NONE is in the topic".to_owned() } else { found.join(", ") }
     ))
+}
+
+/// The event ids of every record of `topic` (its `partitions` read from the start to their high
+/// watermarks) by a consumer outside any group.
+fn ids_in_topic(bootstrap: &str, topic: &str, partitions: i32) -> Result<Vec<Uuid>> {
+    use rdkafka::consumer::Consumer;
+    let consumer = reader(bootstrap, None)?;
+    let mut list = rdkafka::TopicPartitionList::new();
+    let mut remaining = 0;
+    for partition in 0..partitions {
+        let (low, high) = consumer
+            .fetch_watermarks(topic, partition, SET_UP)
+            .map_err(|error| plumbing("reading the watermarks", error))?;
+        remaining += high - low;
+        list.add_partition_offset(topic, partition, rdkafka::Offset::Beginning)
+            .map_err(|error| plumbing("the read's partition list", error))?;
+    }
+    if remaining == 0 {
+        return Ok(Vec::new());
+    }
+    consumer.assign(&list).map_err(|error| plumbing("assigning the read", error))?;
+    let (mut read, mut ids) = (0_i64, Vec::new());
+    let deadline = std::time::Instant::now() + SET_UP;
+    while read < remaining {
+        if std::time::Instant::now() >= deadline {
+            return Err(plumbing(
+                &format!("reading topic {topic}"),
+                format!("{read} of {remaining} records within {SET_UP:?}"),
+            ));
+        }
+        let Some(polled) = consumer.poll(Duration::from_millis(500)) else { continue };
+        let record = polled.map_err(|error| plumbing(&format!("reading topic {topic}"), error))?;
+        read += 1;
+        let event = oncebox::kafka::decode_record(&record.detach())
+            .map_err(|error| plumbing("a dead-lettered record", error))?;
+        ids.push(event.id);
+    }
+    Ok(ids)
 }
 
 /// Whether the broker serves a fetch of `topic`/`partition` from offset `from`: a consumer outside

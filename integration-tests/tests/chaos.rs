@@ -49,6 +49,7 @@ const BROKEN: Profile = Profile {
     consumer_kills: 3,
     relay_stops: 1,
     copies: 0,
+    handler_failures: None,
     ..SMOKE
 };
 
@@ -61,6 +62,7 @@ const DROPPING: Profile = Profile {
     consumer_kills: 1,
     relay_stops: 0,
     copies: 0,
+    handler_failures: None,
     ..SMOKE
 };
 
