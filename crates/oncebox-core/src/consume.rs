@@ -38,12 +38,13 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::event::{HEADER_EVENT_ID, HEADER_EVENT_TYPE, HEADER_PAYLOAD_TYPE, Headers};
+use crate::event::{HEADER_CREATED_AT, HEADER_EVENT_ID, HEADER_EVENT_TYPE, HEADER_PAYLOAD_TYPE, Headers};
 use crate::inbox::{ConsumeError, Consumed, Inbox};
 use crate::serializer::{Deserializer, JsonSerializer};
 
@@ -65,6 +66,9 @@ pub struct Received<T, M> {
     pub event_type: String,
     /// The payload type name (`oncebox_payload_type`), when present.
     pub payload_type: Option<String>,
+    /// When the event was written (`oncebox_created_at`), when present: an inbox refuses an event
+    /// older than the ids it keeps ([`Inbox::admit`]).
+    pub created_at: Option<DateTime<Utc>>,
     /// Every other header with a text value (trace context, correlation id, user headers).
     pub headers: Headers,
     /// Where the message came from, in the broker's terms.
@@ -87,6 +91,7 @@ impl<M> Received<Vec<u8>, M> {
                 id: self.id,
                 event_type: self.event_type,
                 payload_type: self.payload_type,
+                created_at: self.created_at,
                 headers: self.headers,
                 source: self.source,
                 payload,
@@ -119,6 +124,8 @@ pub struct EventHeaders {
     pub event_type: Option<String>,
     /// `oncebox_payload_type`, when present.
     pub payload_type: Option<String>,
+    /// `oncebox_created_at`, when present.
+    pub created_at: Option<DateTime<Utc>>,
     /// Every header not starting with `oncebox_` whose value is text.
     pub headers: Headers,
 }
@@ -134,13 +141,14 @@ impl EventHeaders {
         entries: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
     ) -> Result<Self> {
         let mut id: Option<Option<&str>> = None;
-        let (mut event_type, mut payload_type) = (None, None);
+        let (mut event_type, mut payload_type, mut created_at) = (None, None, None);
         let mut headers = Headers::new();
         for (name, value) in entries {
             match name {
                 HEADER_EVENT_ID => id = Some(value),
                 HEADER_EVENT_TYPE => event_type = value.map(str::to_owned),
                 HEADER_PAYLOAD_TYPE => payload_type = value.map(str::to_owned),
+                HEADER_CREATED_AT => created_at = value,
                 other if other.starts_with(ONCEBOX_HEADER_PREFIX) => {}
                 other => {
                     if let Some(value) = value {
@@ -156,7 +164,17 @@ impl EventHeaders {
             decode_error(format!("header {HEADER_EVENT_ID} '{text}' of {place} is not a UUID"))
                 .with_source(error)
         })?;
-        Ok(Self { id, event_type, payload_type, headers })
+        let created_at = created_at
+            .map(|text| {
+                DateTime::parse_from_rfc3339(text.trim()).map(|at| at.with_timezone(&Utc)).map_err(|error| {
+                    decode_error(format!(
+                        "header {HEADER_CREATED_AT} '{text}' of {place} is not an RFC 3339 time"
+                    ))
+                    .with_source(error)
+                })
+            })
+            .transpose()?;
+        Ok(Self { id, event_type, payload_type, created_at, headers })
     }
 
     /// The event these headers describe, with `event_type` settled by the transport.
@@ -165,6 +183,7 @@ impl EventHeaders {
             id: self.id,
             event_type,
             payload_type: self.payload_type,
+            created_at: self.created_at,
             headers: self.headers,
             source,
             payload,
@@ -399,7 +418,7 @@ impl<M: Send + 'static> Handlers<M> {
     /// [`on_with`](Self::on_with).
     #[must_use]
     pub fn on_once_with<T, W, D, F, Fut>(
-        self,
+        mut self,
         event_type: impl Into<String>,
         inbox: Inbox<W>,
         deserializer: D,
@@ -412,18 +431,26 @@ impl<M: Send + 'static> Handlers<M> {
         F: Fn(Received<T, M>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<()>> + Send + 'static,
     {
-        let shared = Arc::new((inbox, effect));
-        self.on_with::<T, _, _, _>(event_type, deserializer, move |event: Received<T, M>| {
+        let shared = Arc::new((inbox, deserializer, effect));
+        let erased: Handler<M> = Arc::new(move |raw: Received<Vec<u8>, M>| -> HandlerFuture {
             let shared = Arc::clone(&shared);
-            async move {
-                let (inbox, effect) = &*shared;
+            Box::pin(async move {
+                let (inbox, deserializer, effect) = &*shared;
+                // An event older than the ids the inbox keeps may have been applied and forgotten:
+                // it is never applied, whatever its payload.
+                inbox.admit(raw.id, raw.created_at).map_err(HandlerFailure::Poison)?;
+                let event = raw.decode(deserializer)?;
                 let id = event.id;
-                inbox.consume_once(id, async || effect(event).await).await.map_err(|failure| match failure {
-                    ConsumeError::Inbox(error) => error.context(format!("the inbox for event {id}")),
-                    ConsumeError::Handler(error) => error,
+                inbox.consume_once(id, async || effect(event).await).await.map_err(|failure| {
+                    HandlerFailure::Failed(match failure {
+                        ConsumeError::Inbox(error) => error.context(format!("the inbox for event {id}")),
+                        ConsumeError::Handler(error) => error,
+                    })
                 })
-            }
-        })
+            })
+        });
+        self.by_type.insert(event_type.into(), erased);
+        self
     }
 }
 
@@ -553,6 +580,7 @@ mod tests {
             id: Uuid::nil(),
             event_type: "order-created".into(),
             payload_type: None,
+            created_at: None,
             headers: Headers::new(),
             source: "orders/0@1",
             payload: payload.to_vec(),
@@ -701,7 +729,7 @@ mod tests {
             let effects = Arc::clone(&effects);
             Handlers::new().on_once_with(
                 "order-created",
-                inbox,
+                inbox.with_retention(std::time::Duration::from_secs(3_600)),
                 OrderV2,
                 move |event: Received<Order, &'static str>| {
                     let effects = Arc::clone(&effects);
@@ -726,9 +754,18 @@ mod tests {
         let third = Uuid::from_u128(3);
         assert!(matches!(handler(with_id(third, b"nonsense")).await, Err(HandlerFailure::Poison(_))));
         assert!(matches!(handler(with_id(third, b"v2;order=9")).await, Ok(Consumed::Applied(()))));
+        // Older than the inbox keeps ids: poison, never applied, even when new to the inbox.
+        let old = Received {
+            created_at: Some(chrono::Utc::now() - chrono::Duration::hours(2)),
+            ..with_id(Uuid::from_u128(4), b"v2;order=10")
+        };
+        assert!(matches!(handler(old).await, Err(HandlerFailure::Poison(_))));
+        let young =
+            Received { created_at: Some(chrono::Utc::now()), ..with_id(Uuid::from_u128(5), b"v2;order=11") };
+        assert!(matches!(handler(young).await, Ok(Consumed::Applied(()))));
         assert_eq!(
             effects.lock().map(|effects| effects.clone()).unwrap_or_default(),
-            [(first, 7), (second, 8), (third, 9)]
+            [(first, 7), (second, 8), (third, 9), (Uuid::from_u128(5), 11)]
         );
         Ok(())
     }

@@ -17,6 +17,9 @@ pub const HEADER_EVENT_ID: &str = "oncebox_event_id";
 pub const HEADER_EVENT_TYPE: &str = "oncebox_event_type";
 /// Header carrying the payload type on every delivered message.
 pub const HEADER_PAYLOAD_TYPE: &str = "oncebox_payload_type";
+/// Header carrying when the event was written (RFC 3339, UTC, microseconds): how an inbox tells an
+/// event older than the ids it keeps.
+pub const HEADER_CREATED_AT: &str = "oncebox_created_at";
 
 /// User and tracing headers stored with an event (a JSON object of strings).
 pub type Headers = std::collections::BTreeMap<String, String>;
@@ -190,12 +193,16 @@ pub struct OutboundMessage {
 }
 
 impl OutboundMessage {
-    /// Stored headers plus the three `oncebox_*` headers, as a transport writes them.
+    /// Stored headers plus the four `oncebox_*` headers, as a transport writes them.
     pub fn wire_headers(&self) -> Vec<(String, String)> {
         let mut headers: Vec<(String, String)> = vec![
             (HEADER_EVENT_ID.to_owned(), self.id.to_string()),
             (HEADER_EVENT_TYPE.to_owned(), self.event_type.clone()),
             (HEADER_PAYLOAD_TYPE.to_owned(), self.payload_type.clone()),
+            (
+                HEADER_CREATED_AT.to_owned(),
+                self.created_at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+            ),
         ];
         headers.extend(
             self.headers
@@ -475,8 +482,17 @@ mod tests {
         let message = event.to_message("orders");
         assert_eq!(message.key, Uuid::nil().to_string());
         let wire = message.wire_headers();
-        assert_eq!(wire.len(), 4);
+        assert_eq!(wire.len(), 5);
         assert_eq!(wire[0], (HEADER_EVENT_ID.to_owned(), Uuid::nil().to_string()));
+        let created_at =
+            wire.iter().find(|(name, _)| name == HEADER_CREATED_AT).map(|(_, value)| value.as_str());
+        assert_eq!(
+            created_at
+                .and_then(|text| DateTime::parse_from_rfc3339(text).ok())
+                .map(|at| at.timestamp_micros()),
+            Some(event.created_at.timestamp_micros()),
+            "written to the microsecond"
+        );
         assert!(wire.contains(&("traceparent".to_owned(), "00-abc-def-01".to_owned())));
     }
 }

@@ -73,6 +73,9 @@ impl From<ConsumeError<Error>> for Error {
     }
 }
 
+/// The most [`Inbox::admit`] takes off the retention for clocks that disagree.
+const CLOCK_MARGIN: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// How long a non-transactional claim holds an id before another delivery may take it over, unless
 /// [`Inbox::with_lease`] says otherwise.
 pub const DEFAULT_LEASE: std::time::Duration = std::time::Duration::from_secs(300);
@@ -82,6 +85,7 @@ pub const DEFAULT_LEASE: std::time::Duration = std::time::Duration::from_secs(30
 pub struct Inbox<W> {
     consumer: Arc<str>,
     lease: std::time::Duration,
+    retention: Option<std::time::Duration>,
     dao: Arc<dyn InboxDao>,
     writer: W,
     cache: Arc<dyn ConsumedCache>,
@@ -93,6 +97,7 @@ impl<W: Clone> Clone for Inbox<W> {
         Self {
             consumer: self.consumer.clone(),
             lease: self.lease,
+            retention: self.retention,
             dao: self.dao.clone(),
             writer: self.writer.clone(),
             cache: self.cache.clone(),
@@ -113,6 +118,7 @@ impl<W> Inbox<W> {
         Self {
             consumer: Arc::from(consumer.into()),
             lease: DEFAULT_LEASE,
+            retention: None,
             dao,
             writer,
             cache: Arc::new(NoCache),
@@ -135,6 +141,51 @@ impl<W> Inbox<W> {
     pub fn with_lease(mut self, lease: std::time::Duration) -> Self {
         self.lease = lease;
         self
+    }
+
+    /// How long the inbox keeps an id (`inbox.clean-up.ttl`; the facade sets it from the
+    /// configuration): [`admit`](Self::admit) refuses an event older than that, since its id may
+    /// have been recorded and deleted since.
+    #[must_use]
+    pub fn with_retention(mut self, retention: std::time::Duration) -> Self {
+        self.retention = Some(retention);
+        self
+    }
+
+    /// Whether the inbox can vouch for an event written at `created_at`: `Ok` when it is younger
+    /// than the [retention](Self::with_retention) (less a clock margin of up to a minute, for the
+    /// clocks of the database and this process), or when either is unknown. An older event may have
+    /// been applied and its id cleaned up since (a DLQ re-drive, a replay from the start of a topic,
+    /// a retry past the window): it is refused with a permanent error, logged at ERROR with its id
+    /// and age, and never applied. `on_once` handlers call it before the effect; a handler that
+    /// records the id itself (`record_in`, `consume_in`) calls it first with the event's
+    /// `created_at`.
+    pub fn admit(
+        &self,
+        id: Uuid,
+        created_at: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> crate::error::Result<()> {
+        let (Some(retention), Some(created_at)) = (self.retention, created_at) else {
+            return Ok(());
+        };
+        let age = (chrono::Utc::now() - created_at).to_std().unwrap_or_default();
+        let margin = (retention / 2).min(CLOCK_MARGIN);
+        if age < retention.saturating_sub(margin) {
+            return Ok(());
+        }
+        tracing::error!(
+            consumer = %self.consumer, event_id = %id, ?age, ?retention,
+            "event older than the inbox keeps ids: not applied, since it may have been applied and forgotten; raise oncebox.inbox.clean-up.ttl above the longest way an event can come back"
+        );
+        Err(Error::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "event {id} is {}s old, older than consumer '{}' keeps ids ({}s, oncebox.inbox.clean-up.ttl): it may have been applied and forgotten, so it is not applied",
+                age.as_secs(),
+                self.consumer,
+                retention.as_secs()
+            ),
+        ))
     }
 
     /// Records inbox metrics.
@@ -847,6 +898,31 @@ mod tests {
         assert!(matches!(outcome, Ok(Consumed::Applied("first"))));
         assert!(store.has("billing", id), "the taking-over delivery marked it applied");
         assert!(!store.in_flight("billing", id), "the late holder's mark changed nothing");
+    }
+
+    #[test]
+    fn an_event_older_than_the_retention_is_refused_and_one_without_a_time_admitted() {
+        let store = Arc::new(SetInbox::default());
+        let cache = Arc::new(RecordingCache::default());
+        let id = Uuid::now_v7();
+        let day = Duration::from_secs(86_400);
+        let inbox = inbox(&store, &cache).with_retention(day);
+        let now = chrono::Utc::now();
+        assert!(inbox.admit(id, Some(now)).is_ok());
+        assert!(inbox.admit(id, None).is_ok(), "a producer without the header is not refused");
+        let refused = inbox.admit(id, Some(now - chrono::Duration::hours(25)));
+        assert!(
+            refused
+                .as_ref()
+                .is_err_and(|error| !error.is_temporary() && error.to_string().contains(&id.to_string())),
+            "{refused:?}"
+        );
+        let near = inbox.admit(id, Some(now - chrono::Duration::seconds(86_400 - 30)));
+        assert!(near.is_err(), "within the clock margin of the retention: refused");
+        assert!(
+            self::inbox(&store, &cache).admit(id, Some(now - chrono::Duration::days(400))).is_ok(),
+            "no retention, no limit"
+        );
     }
 
     #[tokio::test]

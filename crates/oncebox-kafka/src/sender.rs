@@ -471,7 +471,8 @@ mod tests {
         assert_eq!(pairs[0], ("oncebox_event_id".to_owned(), id));
         assert_eq!(pairs[1], ("oncebox_event_type".to_owned(), "order-created".to_owned()));
         assert_eq!(pairs[2], ("oncebox_payload_type".to_owned(), "OrderCreated".to_owned()));
-        assert_eq!(pairs[3], ("traceparent".to_owned(), "00-ab-cd-01".to_owned()));
-        assert_eq!(pairs.len(), 4, "a stored header cannot override an oncebox_* one: {pairs:?}");
+        assert_eq!(pairs[3].0, "oncebox_created_at");
+        assert_eq!(pairs[4], ("traceparent".to_owned(), "00-ab-cd-01".to_owned()));
+        assert_eq!(pairs.len(), 5, "a stored header cannot override an oncebox_* one: {pairs:?}");
     }
 }

@@ -481,7 +481,7 @@ mod tests {
     #[test]
     fn binding_refuses_missing_values_and_empty_lists() {
         let queries = MySqlQueries::new(&TableNames::default());
-        let inbox_consumed = &queries.common.all()[15];
+        let inbox_consumed = &queries.common.inbox_consumed;
         let refused =
             |params: &[Param<'_>]| queries.bind(inbox_consumed, params).err().map(|error| error.to_string());
         assert!(

@@ -529,9 +529,15 @@ impl<D: Dialect, S> Oncebox<D, S> {
 
     /// The inbox of `consumer` (records are keyed by consumer and event id).
     pub fn inbox(&self, consumer: impl Into<String>) -> Inbox<Arc<D::Writer>> {
-        Inbox::new(consumer, self.dialect.inbox_dao(), self.writer.clone())
+        let inbox = Inbox::new(consumer, self.dialect.inbox_dao(), self.writer.clone())
             .with_cache(self.cache.clone())
-            .with_metrics(self.metrics.clone())
+            .with_metrics(self.metrics.clone());
+        // The clean-up TTL is how long an id is kept: an older event may have been applied and
+        // forgotten, so the inbox refuses it (`Inbox::admit`).
+        match self.config.inbox.as_ref().and_then(|inbox| inbox.clean_up) {
+            Some(clean_up) => inbox.with_retention(clean_up.ttl),
+            None => inbox,
+        }
     }
 
     /// Cuts the sleep of `event_type`'s poller short; `false` when it has no poller.

@@ -443,3 +443,93 @@ async fn the_four_consumer_calls_work_from_a_loop_of_ones_own() -> TestResult {
     service.shutdown(Duration::from_secs(5)).await?;
     Ok(())
 }
+
+/// An event the inbox applied comes back after its id was cleaned up (here by a DLQ re-drive; a
+/// replay from the start of a topic or a retry past the window do the same): the inbox refuses it
+/// as older than the ids it keeps, so the effect happens once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_re_driven_after_its_inbox_record_was_cleaned_is_not_applied_again() -> TestResult {
+    const RE_DRIVE: &str = r#"
+oncebox:
+  outbox:
+    events:
+      order-created:
+        topic: orders
+        max-retries: 0
+        polling: { min-fixed-delay: 10ms, max-fixed-delay: 50ms }
+    dlq:
+      enabled: true
+      polling: { type: fixed, initial-delay: 0s, fixed-delay: 50ms }
+  inbox:
+    clean-up:
+      ttl: 1s
+      polling: { type: fixed, initial-delay: 0s, fixed-delay: 100ms }
+"#;
+    let dialect = SqliteDialect::connect(&database_url("re-drive")?).await?;
+    let pool = dialect.pool().clone();
+    let broker = MemoryBroker::new();
+    let mut orders = broker.subscribe("orders");
+    let outbox = Oncebox::builder(Config::from_yaml_str(RE_DRIVE)?)
+        .dialect(dialect)
+        .sender(broker.clone())
+        .start()
+        .await?;
+    sqlx::query("CREATE TABLE effects (id TEXT NOT NULL)").execute(&pool).await?;
+    let inbox = outbox.inbox("billing");
+    // What a consumer does with each delivery: refuse what the inbox cannot vouch for, then apply
+    // the effect with the id in one transaction.
+    let consume = |message: oncebox::OutboundMessage| {
+        let (inbox, pool) = (inbox.clone(), pool.clone());
+        async move {
+            if inbox.admit(message.id, Some(message.created_at)).is_err() {
+                return Ok::<_, Box<dyn std::error::Error + Send + Sync>>(false);
+            }
+            let mut tx = pool.begin().await?;
+            let outcome = inbox
+                .consume_in(&mut tx, message.id, async |tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>| {
+                    sqlx::query("INSERT INTO effects VALUES (?)")
+                        .bind(message.id.to_string())
+                        .execute(&mut **tx)
+                        .await
+                })
+                .await?;
+            tx.commit().await?;
+            Ok(outcome.is_applied())
+        }
+    };
+    let effects =
+        || async { sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM effects").fetch_one(&pool).await };
+
+    let mut tx = pool.begin().await?;
+    let id = outbox.publisher().publish(&mut tx, "order-created", &OrderCreated { id: 7 }).await?;
+    tx.commit().await?;
+    let first =
+        tokio::time::timeout(Duration::from_secs(20), orders.recv()).await?.ok_or("the broker closed")?;
+    assert!(consume(first).await?, "the first delivery is applied");
+
+    // The id leaves the inbox with its clean-up. The row ends FAILED (as when the broker's
+    // acknowledgement was lost on every try), reaches the DLQ, and an operator re-drives it.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while inbox.is_consumed(id).await? {
+        assert!(Instant::now() < deadline, "the inbox clean-up never deleted the record");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let dlq = outbox.dlq();
+    sqlx::query("UPDATE outbox_events SET status = 'FAILED' WHERE id = ?")
+        .bind(id.to_string())
+        .execute(&pool)
+        .await?;
+    while dlq.get(id).await?.is_none() {
+        assert!(Instant::now() < deadline, "the event never reached the DLQ");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let selection = oncebox::event::DlqSelection::Ids(vec![id]);
+    assert_eq!(dlq.set_status(&selection, oncebox::DlqStatus::ToRetry).await?, 1);
+    let again =
+        tokio::time::timeout(Duration::from_secs(20), orders.recv()).await?.ok_or("the broker closed")?;
+    assert_eq!(again.id, id, "the re-driven event is delivered again");
+    assert!(!consume(again).await?, "the inbox refuses an event older than the ids it keeps");
+    assert_eq!(effects().await?, 1, "the effect happened once");
+    outbox.shutdown(Duration::from_secs(10)).await?;
+    Ok(())
+}

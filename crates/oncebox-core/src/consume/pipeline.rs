@@ -216,6 +216,7 @@ mod tests {
             id,
             event_type: event_type.into(),
             payload_type: None,
+            created_at: None,
             headers,
             source: (),
             payload: b"1".to_vec(),
