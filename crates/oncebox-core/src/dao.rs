@@ -33,7 +33,7 @@ pub trait OutboxDao: Send + Sync {
     /// claim token and keeping `attempts`: a crashed worker is not a failed send.
     ///
     /// Each recovery is counted in the row's `recoveries` column instead (a claim never resets
-    /// it). The recovery that brings a row to `max_recoveries` makes it FAILED, with a `last_error`
+    /// it; a settle does, so only stalls in a row count). The recovery that brings a row to `max_recoveries` makes it FAILED, with a `last_error`
     /// saying how many times it was recovered without an outcome: an event that kills or stalls
     /// every worker sending it would otherwise be claimed first forever. Returns how many rows
     /// changed, to PENDING or to FAILED.
