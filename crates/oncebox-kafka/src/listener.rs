@@ -12,8 +12,11 @@
 //! * poison (missing or malformed `oncebox_event_id`, no `oncebox_event_type`, no handler for the
 //!   type, a payload the handler's type cannot decode) → logged and counted, then produced to the
 //!   dead-letter topic and committed when one is configured; otherwise the partition stops (is
-//!   paused) at that record until the listener restarts or the group rebalances. Never committed
-//!   silently.
+//!   paused) at that record until the listener restarts or a rebalance moves the partition.
+//!   Never committed silently.
+//!
+//! A rebalance that moves a partition drops what the listener held of it; whichever member gets
+//! it, this one included, fetches it from the group's committed offset, paused or not before.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
@@ -47,8 +50,9 @@ const DEAD_LETTER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What the listener did with one record: the [`Outcome`] every transport reports. A poison record
 /// without a dead-letter topic is [`Outcome::Held`] at `topic/partition@offset`: its partition
-/// stops there (nothing after it is consumed or committed) until the listener restarts or the
-/// group rebalances.
+/// stops there (nothing after it is consumed or committed) until the listener restarts or a
+/// rebalance moves the partition; fetched again from its committed offset, it stops at the same
+/// record and is reported again.
 pub type KafkaOutcome = Outcome;
 
 /// Builds a [`KafkaListener`]: one typed handler per event type ([`ListenerBuilder::on`],
@@ -108,19 +112,110 @@ impl fmt::Debug for KafkaListener {
     }
 }
 
-/// Partitions whose assignment changed since the loop last looked: their holds no longer apply,
-/// because a (re)assigned partition starts unpaused at its committed offset, and neither do the
-/// offsets this consumer committed there before, because another member may have gone on from
-/// them while it owned the partition.
+/// What the rebalance callback and the consuming loop share: which partitions changed hands, and
+/// which this consumer paused.
 #[derive(Default)]
 struct ListenerContext {
-    reassigned: Mutex<Vec<(String, i32)>>,
+    /// Partitions whose assignment changed since the loop last looked: their holds no longer
+    /// apply, because a (re)assigned partition starts at its committed offset (and unpaused, see
+    /// `paused`), and neither do the offsets this consumer committed there before, because another
+    /// member may have gone on from them while it owned the partition.
+    reassigned: Mutex<Vec<PartitionKey>>,
+    /// Partitions this consumer paused and has not resumed: exactly those whose application pause
+    /// flag it set, since every pause and resume goes through [`pause`](Self::pause) and
+    /// [`resume`](Self::resume). librdkafka keeps that flag across assignment changes, so a
+    /// partition revoked while paused would come back paused and never be fetched again; an
+    /// assignment therefore resumes those of its partitions found here.
+    paused: Mutex<HashSet<PartitionKey>>,
+}
+
+impl ListenerContext {
+    /// Pauses a partition held at `offset` so nothing more of it is fetched, unless this consumer
+    /// paused it already.
+    fn pause(&self, consumer: &impl Consumer<Self>, key: &PartitionKey, offset: i64, queued: usize) {
+        // Recorded before the call and kept even when librdkafka refuses it, so a resume is always
+        // attempted: resuming a partition that is not paused changes nothing.
+        if !lock(&self.paused).insert(key.clone()) {
+            return;
+        }
+        let (topic, partition) = (&key.0, key.1);
+        match consumer.pause(&partition_list(topic, partition)) {
+            Ok(()) => tracing::info!(
+                %topic,
+                partition,
+                offset,
+                queued,
+                "Kafka partition paused: nothing more of it is fetched until its held record ran or it is assigned again"
+            ),
+            Err(error) => tracing::warn!(%error, %topic, partition, "could not pause a Kafka partition"),
+        }
+    }
+
+    /// Resumes a partition if this consumer paused it.
+    fn resume(&self, consumer: &impl Consumer<Self>, key: &PartitionKey) {
+        if !lock(&self.paused).remove(key) {
+            return;
+        }
+        let (topic, partition) = (&key.0, key.1);
+        match consumer.resume(&partition_list(topic, partition)) {
+            Ok(()) => tracing::info!(%topic, partition, "Kafka partition resumed: its held records ran"),
+            Err(error) => {
+                lock(&self.paused).insert(key.clone());
+                tracing::warn!(%error, %topic, partition, "could not resume a Kafka partition");
+            }
+        }
+    }
+
+    /// Resumes the partitions of an assignment that this consumer paused before it lost them. The
+    /// loop drops their holds (they are in `reassigned`), so nothing else would resume them; once
+    /// resumed they are fetched from the group's committed offset, where the assignment starts.
+    ///
+    /// Runs inside the rebalance callback, after the assignment took effect: `assigned` holds every
+    /// partition of an eager assignment, or the added ones of an incremental (cooperative) one, so
+    /// a partition kept through an incremental rebalance keeps its hold and its pause. Resuming
+    /// there is allowed (librdkafka's own tests pause and resume in the rebalance callback); it
+    /// waits only for librdkafka's own threads, never for a poll.
+    fn resume_assigned(&self, consumer: &impl Consumer<Self>, assigned: &TopicPartitionList) {
+        let resumed: Vec<PartitionKey> = {
+            let mut paused = lock(&self.paused);
+            partition_keys(assigned).into_iter().filter(|key| paused.remove(key)).collect()
+        };
+        if resumed.is_empty() {
+            return;
+        }
+        let mut list = TopicPartitionList::new();
+        for (topic, partition) in &resumed {
+            list.add_partition(topic, *partition);
+        }
+        let named: Vec<String> =
+            resumed.iter().map(|(topic, partition)| format!("{topic}/{partition}")).collect();
+        match consumer.resume(&list) {
+            Ok(()) => tracing::info!(
+                partitions = ?named,
+                "Kafka partitions this listener had paused were assigned to it again: resumed, each is fetched from the group's committed offset"
+            ),
+            Err(error) => {
+                lock(&self.paused).extend(resumed);
+                tracing::error!(
+                    %error,
+                    partitions = ?named,
+                    "could not resume Kafka partitions assigned again after this listener paused them; they are not fetched until the next rebalance or a restart"
+                );
+            }
+        }
+    }
+}
+
+/// Locks `mutex`, going on after a panic elsewhere: every update of the context is a single
+/// insert, remove or extend, so what it holds stays whole.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl ClientContext for ListenerContext {}
 
 impl ConsumerContext for ListenerContext {
-    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         let (partitions, change) = match rebalance {
             Rebalance::Assign(list) => (list, "assigned"),
             Rebalance::Revoke(list) => (list, "revoked"),
@@ -136,10 +231,10 @@ impl ConsumerContext for ListenerContext {
             .map(|element| format!("{}/{}", element.topic(), element.partition()))
             .collect();
         tracing::info!(partitions = ?named, "Kafka partitions {change}");
-        let mut reassigned = self.reassigned.lock().unwrap_or_else(PoisonError::into_inner);
-        reassigned.extend(
-            partitions.elements().iter().map(|element| (element.topic().to_owned(), element.partition())),
-        );
+        lock(&self.reassigned).extend(partition_keys(partitions));
+        if let Rebalance::Assign(assigned) = rebalance {
+            self.resume_assigned(consumer, assigned);
+        }
     }
 }
 
@@ -170,7 +265,9 @@ fn final_offsets(
 /// The waiting record is kept in memory and run again from there, never fetched again: no seek,
 /// and no pause while fewer than [`MAX_QUEUED_BEHIND`] records wait behind it, so a retry never
 /// depends on the broker answering a fetch that starts inside a record batch (tansu 0.6 answers
-/// none).
+/// none). Whether the partition is paused is kept once, in [`ListenerContext::paused`]; a
+/// rebalance that moves the partition drops the hold and, when the partition comes back, resumes
+/// it.
 struct Hold {
     /// The record that runs again.
     record: OwnedMessage,
@@ -180,8 +277,6 @@ struct Hold {
     retry_at: Option<Instant>,
     /// Records of the partition that arrived after it, in offset order.
     queued: VecDeque<OwnedMessage>,
-    /// Whether the partition is paused.
-    paused: bool,
 }
 
 impl Hold {
@@ -307,20 +402,21 @@ impl KafkaListener {
                 // The partition goes on being fetched while its record waits; what arrives waits,
                 // in order, behind it, up to a bound on memory.
                 hold.queue(record);
-                if !hold.paused && hold.queued.len() >= MAX_QUEUED_BEHIND {
-                    self.pause(consumer, &key);
-                    hold.paused = true;
+                if hold.queued.len() >= MAX_QUEUED_BEHIND {
+                    consumer.context().pause(consumer, &key, hold.record.offset(), hold.queued.len());
                 }
                 continue;
             }
             // Not raced against `stopping`: a record in hand is handled and settled first.
-            let fresh = Hold { record, attempts: 0, retry_at: None, queued: VecDeque::new(), paused: false };
+            let fresh = Hold { record, attempts: 0, retry_at: None, queued: VecDeque::new() };
             self.run_partition(consumer, key, fresh, &mut holds, committed).await;
         }
     }
 
     /// Runs the held record, then the records queued behind it, in order, until one must wait:
     /// that one becomes the partition's hold. When all succeeded, a paused partition is resumed.
+    ///
+    /// No rebalance can come in between: its callbacks run only inside `recv`.
     async fn run_partition(
         &self,
         consumer: &ListenerConsumer,
@@ -329,7 +425,7 @@ impl KafkaListener {
         holds: &mut HashMap<PartitionKey, Hold>,
         committed: &mut HashMap<PartitionKey, i64>,
     ) {
-        let Hold { record, attempts, mut queued, paused, .. } = hold;
+        let Hold { record, attempts, mut queued, .. } = hold;
         let mut next = Some((record, attempts));
         while let Some((record, attempts)) = next {
             match self.process(consumer, &record, attempts).await {
@@ -340,31 +436,18 @@ impl KafkaListener {
                 Settled::Wait { attempts, retry_at } => {
                     // A stopped partition fetches nothing more; a retried one pauses only once
                     // enough records wait behind it.
-                    let pause = !paused && (retry_at.is_none() || queued.len() >= MAX_QUEUED_BEHIND);
-                    if pause {
-                        self.pause(consumer, &key);
+                    if retry_at.is_none() || queued.len() >= MAX_QUEUED_BEHIND {
+                        consumer.context().pause(consumer, &key, record.offset(), queued.len());
                     }
-                    let paused = paused || pause;
-                    holds.insert(key, Hold { record, attempts, retry_at, queued, paused });
+                    holds.insert(key, Hold { record, attempts, retry_at, queued });
                     return;
                 }
             }
         }
-        if paused {
-            // librdkafka resumes fetching after the last record it handed out, which is the last
-            // one queued here, so nothing is skipped; a record fetched twice is skipped by offset.
-            let (topic, partition) = (&key.0, key.1);
-            if let Err(error) = consumer.resume(&partition_list(topic, partition)) {
-                tracing::warn!(%error, topic, partition, "could not resume a Kafka partition");
-            }
-        }
-    }
-
-    /// Pauses a partition so nothing more of it is fetched.
-    fn pause(&self, consumer: &ListenerConsumer, (topic, partition): &PartitionKey) {
-        if let Err(error) = consumer.pause(&partition_list(topic, *partition)) {
-            tracing::warn!(%error, topic, partition, "could not pause a Kafka partition");
-        }
+        // If it was paused, librdkafka resumes fetching after the last record it handed out,
+        // which is the last one queued here, so nothing is skipped; a record fetched twice is
+        // skipped by offset.
+        consumer.context().resume(consumer, &key);
     }
 
     /// Runs again every held record whose backoff has passed.
@@ -399,10 +482,7 @@ impl KafkaListener {
         holds: &mut HashMap<PartitionKey, Hold>,
         committed: &mut HashMap<PartitionKey, i64>,
     ) {
-        let reassigned: Vec<PartitionKey> = {
-            let mut list = consumer.context().reassigned.lock().unwrap_or_else(PoisonError::into_inner);
-            std::mem::take(&mut *list)
-        };
+        let reassigned: Vec<PartitionKey> = std::mem::take(&mut *lock(&consumer.context().reassigned));
         for key in reassigned {
             if let Some(hold) = holds.remove(&key) {
                 tracing::info!(
@@ -538,6 +618,36 @@ mod tests {
         offsets.sort_by_key(|(partition, _)| *partition);
         assert_eq!(offsets, [(0, Offset::Offset(10)), (2, Offset::Offset(30))]);
         assert_eq!(final_offsets(&committed, &HashSet::new()).count(), 0);
+    }
+
+    /// The bookkeeping behind the pause flag; that librdkafka fetches a resumed partition again is
+    /// shown against a broker by the listener tests.
+    #[test]
+    fn an_assignment_resumes_the_partitions_this_consumer_paused_and_no_others() {
+        let consumer: BaseConsumer<ListenerContext> = rdkafka::ClientConfig::new()
+            .set("group.id", "oncebox-unit")
+            .create_with_context(ListenerContext::default())
+            .expect("a consumer is created without a broker");
+        let context = consumer.context();
+        let key = |partition| ("orders".to_owned(), partition);
+        context.pause(&consumer, &key(0), 5, 0);
+        context.pause(&consumer, &key(0), 5, MAX_QUEUED_BEHIND);
+        context.pause(&consumer, &key(1), 7, 0);
+        assert_eq!(*lock(&context.paused), HashSet::from([key(0), key(1)]));
+
+        // An incremental assignment adds partitions 0 (back after a revoke) and 2; partition 1,
+        // kept through the rebalance, is in neither list and keeps its hold and its pause.
+        let mut assigned = TopicPartitionList::new();
+        assigned.add_partition("orders", 0);
+        assigned.add_partition("orders", 2);
+        context.post_rebalance(&consumer, &Rebalance::Assign(&assigned));
+        assert_eq!(*lock(&context.paused), HashSet::from([key(1)]));
+        let reassigned: HashSet<PartitionKey> = lock(&context.reassigned).iter().cloned().collect();
+        assert_eq!(reassigned, HashSet::from([key(0), key(2)]), "the loop drops the holds of both");
+
+        context.resume(&consumer, &key(1));
+        context.resume(&consumer, &key(1));
+        assert!(lock(&context.paused).is_empty());
     }
 
     #[test]

@@ -7,7 +7,7 @@ mod support;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,10 +25,11 @@ use oncebox_testkit::{Background, case, eventually};
 use rdkafka::producer::FutureProducer;
 use serde::Deserialize;
 use tokio::sync::broadcast;
+use tokio::sync::broadcast::error::RecvError;
 use uuid::Uuid;
 
 use support::{
-    committed_offset, committed_offset_at, create_topics_with_partitions, fresh_name, produce_raw,
+    committed_offset, committed_offset_at, create_topics_with_partitions, fresh_name, log_lines, produce_raw,
     produce_raw_to, raw_producer, read_topic,
 };
 
@@ -45,17 +46,28 @@ struct Harness {
     bootstrap: String,
 }
 
-/// What the effect does: count its runs, fail the first `fail_first`, and keep what it received.
+/// What the effect does: count its runs, fail the first `fail_first` (and every run while `shut`),
+/// and keep what it received.
 #[derive(Default)]
 struct Effect {
     calls: AtomicUsize,
     fail_first: usize,
+    shut: AtomicBool,
     received: Mutex<Vec<KafkaEvent<OrderCreated>>>,
 }
 
 impl Effect {
     fn failing(fail_first: usize) -> Arc<Self> {
         Arc::new(Self { fail_first, ..Self::default() })
+    }
+
+    /// Fails its first `fail_first` runs, and every run until [`open`](Self::open)ed.
+    fn shut(fail_first: usize) -> Arc<Self> {
+        Arc::new(Self { fail_first, shut: AtomicBool::new(true), ..Self::default() })
+    }
+
+    fn open(&self) {
+        self.shut.store(false, Ordering::SeqCst);
     }
 
     fn calls(&self) -> usize {
@@ -154,7 +166,7 @@ impl Fixture {
                 let effect = effect.clone();
                 async move {
                     let call = effect.calls.fetch_add(1, Ordering::SeqCst);
-                    if call < effect.fail_first {
+                    if call < effect.fail_first || effect.shut.load(Ordering::SeqCst) {
                         return Err(Error::temporary(
                             ErrorKind::Other,
                             format!("effect for order {} failed on purpose", event.payload.index),
@@ -653,6 +665,200 @@ async fn a_partition_that_came_back_keeps_the_offset_its_other_owner_committed(
     Ok(())
 }
 
+/// The listener's bound on records kept in memory behind a record that waits for its retry
+/// (`MAX_QUEUED_BEHIND` in `src/listener.rs`): at this many its partition is paused. A test that
+/// relies on the pause waits for the listener to log it, so a larger bound fails it loudly.
+const QUEUED_BEHIND_BEFORE_A_PAUSE: u32 = 10_000;
+
+/// Which of two members of a group reported something.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Member {
+    First,
+    Second,
+}
+
+/// `failed`, with what the members logged about `topic` (their assignments, pauses and resumes).
+fn with_log(failed: Failed, topic: &str) -> Failed {
+    fail(format!(
+        "{}\nwhat the listeners logged about {topic}:\n{}",
+        failed.message().unwrap_or_default(),
+        log_lines::matching(&[topic]).join("\n")
+    ))
+}
+
+/// Whether a member logged that it resumed a partition of `topic` it had paused when the partition
+/// was assigned to it again.
+fn logged_a_resume_on_assignment(topic: &str) -> bool {
+    !log_lines::matching(&["assigned to it again", topic]).is_empty()
+}
+
+/// Waits until one of two members reports an outcome `wanted` accepts, skipping the others (and
+/// outcomes a receiver fell behind on); gives up after `within`.
+async fn either_reports(
+    first: &mut broadcast::Receiver<KafkaOutcome>,
+    second: &mut broadcast::Receiver<KafkaOutcome>,
+    what: &str,
+    within: Duration,
+    wanted: impl Fn(&KafkaOutcome) -> bool,
+) -> Result<Member, Failed> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let next = tokio::time::timeout_at(deadline, async {
+            tokio::select! {
+                received = first.recv() => (Member::First, received),
+                received = second.recv() => (Member::Second, received),
+            }
+        })
+        .await;
+        match next {
+            Err(_) => return Err(fail(format!("gave up waiting after {within:?}: {what}"))),
+            Ok((member, Ok(outcome))) if wanted(&outcome) => return Ok(member),
+            Ok((_, Ok(_) | Err(RecvError::Lagged(_)))) => {}
+            Ok((member, Err(RecvError::Closed))) => {
+                return Err(fail(format!(
+                    "the {member:?} member's outcome stream closed while waiting: {what}"
+                )));
+            }
+        }
+    }
+}
+
+/// A poison record without a dead-letter topic pauses its partition. When another member joins
+/// and leaves, the partition is revoked and comes back; librdkafka keeps an application's pause
+/// across that, so unless the listener resumes it the partition is never fetched again, silently.
+/// Fetched again, it stops at the same poison record, which the listener reports once more.
+async fn a_partition_held_at_a_poison_record_is_fetched_again_when_it_comes_back(
+    harness: Arc<Harness>,
+) -> TestResult {
+    let effect = Arc::new(Effect::default());
+    let mut fixture = Fixture::start(&harness, effect.clone(), false).await?;
+    let raw = raw_producer(&fixture.bootstrap).map_err(fail)?;
+    // No `oncebox_event_id`: poison.
+    produce_raw(&raw, &fixture.topic, &[(HEADER_EVENT_TYPE, EVENT_TYPE.as_bytes())], b"{\"index\":1}")
+        .await
+        .map_err(fail)?;
+    let held_at = format!("{}/0@0", fixture.topic);
+    let is_held_there =
+        |outcome: &KafkaOutcome| matches!(outcome, KafkaOutcome::Held { at, .. } if *at == held_at);
+    let outcome = fixture.next_outcome().await?;
+    if !is_held_there(&outcome) {
+        return Err(fail(format!("the partition did not stop at the poison record: {outcome:?}")));
+    }
+
+    // A second member joins: the group rebalances, and whichever member owns the partition
+    // afterwards fetches it from the group's committed offset (none: the poison record) again.
+    let mut second = fixture.spawn(Arc::new(Effect::default())).map_err(fail)?;
+    let owner = either_reports(
+        &mut fixture.outcomes,
+        &mut second.outcomes,
+        "after the second member joined, no member fetched the held partition again (it stayed paused)",
+        2 * WAIT,
+        is_held_there,
+    )
+    .await;
+    let owner = match owner {
+        Ok(owner) => owner,
+        Err(failed) => {
+            second.stop().await?;
+            return Err(with_log(failed, &fixture.topic));
+        }
+    };
+    // The second member leaves; the partition comes back to the first (again, if it had it).
+    let _ = fixture.remaining_outcomes();
+    second.stop().await?;
+    let outcome = fixture.next_outcome().await.map_err(|_| {
+        let failed = fail(format!(
+            "the partition came back to the first member (the {owner:?} member had it while both \
+             were in the group) and was never fetched again: no outcome within {WAIT:?}"
+        ));
+        with_log(failed, &fixture.topic)
+    })?;
+    if !is_held_there(&outcome) {
+        return Err(fail(format!("the first member did not stop at the poison record again: {outcome:?}")));
+    }
+    fixture.stop().await?;
+    assert!(logged_a_resume_on_assignment(&fixture.topic), "the resume was not logged");
+    assert_eq!(effect.calls(), 0, "no effect ran for the poison record");
+    assert_eq!(fixture.committed()?, None, "the poison record was committed without a dead-letter topic");
+    Ok(())
+}
+
+/// A handler that keeps failing holds its record; once `QUEUED_BEHIND_BEFORE_A_PAUSE` records wait
+/// behind it the partition is paused. A second member joins and leaves meanwhile, so the partition
+/// is revoked and comes back; the records kept in memory are dropped with the hold, and must be
+/// fetched again from the committed offset. The handler then succeeds (after at least 20 failed
+/// runs): every record is handled once, in order.
+async fn records_behind_a_failing_record_are_handled_once_in_order_across_a_rebalance(
+    harness: Arc<Harness>,
+) -> TestResult {
+    // Shut until the rebalance is over, so the partition is held and paused across it.
+    let effect = Effect::shut(20);
+    let mut fixture = Fixture::start(&harness, effect.clone(), false).await?;
+    let sender = fixture.sender()?;
+    let batch: Vec<OutboundMessage> =
+        (0..QUEUED_BEHIND_BEFORE_A_PAUSE + 20).map(|index| fixture.message(index)).collect();
+    // The first record and those that fill the queue behind it, then the rest in a send of their
+    // own: a paused partition resumes right after the last record handed out, and tansu 0.6
+    // answers no fetch that starts inside a record batch.
+    let (filling, rest) = batch.split_at(QUEUED_BEHIND_BEFORE_A_PAUSE as usize + 1);
+    for part in [filling, rest] {
+        let results = sender.send(part, Deadline::after(4 * WAIT)).await;
+        if let Some(error) = results.iter().find_map(|result| result.as_ref().err()) {
+            return Err(fail(format!("could not send the batch: {error}")));
+        }
+    }
+    let topic_field = format!("topic={}", fixture.topic);
+    eventually(
+        "the listener logged that it paused the partition behind the failing record",
+        2 * WAIT,
+        || async { Ok(!log_lines::matching(&["Kafka partition paused", &topic_field]).is_empty()) },
+    )
+    .await?;
+
+    let first = batch[0].id;
+    // The first member's runs of the held record so far (the hold exists before anything queues
+    // behind it): a run at attempt 1 from now on is a fresh one.
+    let _ = fixture.remaining_outcomes();
+    let mut second = fixture.spawn(effect.clone()).map_err(fail)?;
+    // Whichever member owns the partition after the rebalance runs the first record afresh.
+    let joined = either_reports(
+        &mut fixture.outcomes,
+        &mut second.outcomes,
+        "after the second member joined, no member ran the first record afresh (the partition stayed paused)",
+        2 * WAIT,
+        |outcome| matches!(outcome, KafkaOutcome::Retrying { id, attempts: 1, .. } if *id == first),
+    )
+    .await;
+    if let Err(failed) = joined {
+        second.stop().await?;
+        return Err(with_log(failed, &fixture.topic));
+    }
+    second.stop().await?;
+    effect.open();
+
+    let expected: Vec<Uuid> = batch.iter().map(|message| message.id).collect();
+    let handled = || -> Result<Vec<Uuid>, Failed> {
+        Ok(effect.received.lock().map_err(fail)?.iter().map(|event| event.id).collect())
+    };
+    let waited =
+        eventually("every record was handled", 4 * WAIT, || async { Ok(handled()?.len() >= expected.len()) })
+            .await;
+    if let Err(failed) = waited {
+        let count = handled()?.len();
+        let failed =
+            fail(format!("{}: {count} of {} handled", failed.message().unwrap_or_default(), expected.len()));
+        return Err(with_log(failed, &fixture.topic));
+    }
+    fixture.stop().await?;
+    let handled = handled()?;
+    assert_eq!(handled.len(), expected.len(), "a record was handled more than once");
+    assert!(handled == expected, "the records were not handled in their partition's order");
+    assert!(effect.calls() >= expected.len() + 20, "the handler failed at least 20 times first");
+    assert!(logged_a_resume_on_assignment(&fixture.topic), "the resume was not logged");
+    assert_eq!(fixture.committed()?, Some(i64::from(QUEUED_BEHIND_BEFORE_A_PAUSE + 20)));
+    Ok(())
+}
+
 fn cases() -> Vec<Case<Harness>> {
     vec![
         case!("a_typed_handler_receives_the_decoded_event", a_typed_handler_receives_the_decoded_event),
@@ -682,6 +888,14 @@ fn cases() -> Vec<Case<Harness>> {
             "a_partition_that_came_back_keeps_the_offset_its_other_owner_committed",
             a_partition_that_came_back_keeps_the_offset_its_other_owner_committed
         ),
+        case!(
+            "a_partition_held_at_a_poison_record_is_fetched_again_when_it_comes_back",
+            a_partition_held_at_a_poison_record_is_fetched_again_when_it_comes_back
+        ),
+        case!(
+            "records_behind_a_failing_record_are_handled_once_in_order_across_a_rebalance",
+            records_behind_a_failing_record_are_handled_once_in_order_across_a_rebalance
+        ),
     ]
 }
 
@@ -690,5 +904,6 @@ fn main() -> ExitCode {
         Ok(bootstrap) => bootstrap,
         Err(code) => return code,
     };
+    log_lines::install();
     Suite::new().add("listener", Arc::new(Harness { bootstrap }), cases()).run()
 }

@@ -1,8 +1,10 @@
 //! Helpers shared by the test binaries: the broker address (and whether it answers), fresh names,
 //! topic creation, raw records, committed offsets and a reader for any topic, all independent of the
-//! code under test.
+//! code under test; and what that code logs ([`log_lines`]).
 
 #![allow(dead_code)]
+
+pub mod log_lines;
 
 use std::net::{TcpStream, ToSocketAddrs};
 use std::process::ExitCode;
