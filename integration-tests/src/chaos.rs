@@ -48,6 +48,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::store::StoreInbox;
+use crate::transport::EventNote;
 use crate::{
     EventHandler, KafkaTransport, MySqlStore, Names, PgStore, RabbitTransport, SqliteStore, Store, Transport,
     plumbing,
@@ -134,6 +135,35 @@ impl Broker {
     }
 }
 
+/// How a consumer process uses the inbox.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Flavour {
+    /// The handler records the id with `Inbox::record_in` in the transaction of its effect: the
+    /// effect happens once, whatever crashes.
+    #[default]
+    Transactional,
+    /// The listener's `on_once` registration (`Inbox::consume_once`): the id is claimed under a
+    /// lease, the effect runs outside any transaction, then the id is marked applied. A consumer
+    /// killed between its effect and the mark leaves a claim that another delivery takes over
+    /// once the lease ran out, running the effect again: allowed only for such deliveries.
+    Once,
+}
+
+impl Flavour {
+    /// The name used in reports: the inbox call behind it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Transactional => "record_in",
+            Self::Once => "on_once",
+        }
+    }
+}
+
+/// The `on_once` consumers' claim lease: longer than any effect of the run (a few milliseconds),
+/// short enough that an event whose consumer was killed mid-effect is taken over soon.
+pub const ONCE_LEASE: Duration = Duration::from_secs(3);
+
 /// The `chaos:` block of the file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
@@ -155,6 +185,9 @@ pub struct ChaosSettings {
     pub listener_group: String,
     /// The inbox consumer name.
     pub inbox_consumer: String,
+    /// How the consumers use the inbox (the relay ignores it).
+    #[serde(default)]
+    pub flavour: Flavour,
     /// Where the listeners dead-letter an event whose handler keeps failing (see
     /// [`Names::dead_letter`]); without it such an event is retried for as long as it fails.
     #[serde(default)]
@@ -411,7 +444,74 @@ impl Sender for DroppingSender {
 /// the broker's listener, applying each event through [`apply_event`]; with `broken`, without the
 /// inbox.
 pub async fn run_consumer(file: &ChaosFile, broken: bool) -> Result<()> {
-    crate::with_pair!(file.chaos, consumer(file, broken))
+    match file.chaos.flavour {
+        Flavour::Transactional => crate::with_pair!(file.chaos, consumer(file, broken)),
+        Flavour::Once => crate::with_pair!(file.chaos, once_consumer(file)),
+    }
+}
+
+/// The `on_once` consumer process: a consumer-only oncebox and the broker's listener with every
+/// event type registered through `on_once` over an inbox with the [`ONCE_LEASE`]. The effect
+/// records the delivery, fails on purpose as `handler-failures` plan, writes the effect row and
+/// notes `applied`; a delivery the inbox answers as a duplicate never reaches it and is noted
+/// `duplicate` from the listener's outcome reports.
+async fn once_consumer<S: Store, T: Transport>(file: &ChaosFile) -> Result<()> {
+    let names = Arc::new(file.names()?);
+    let mut config = file.oncebox.clone();
+    config.outbox = None;
+    let oncebox = Oncebox::builder(config).dialect(store::<S>(&names)?.open().await?).start().await?;
+    let inbox = oncebox.inbox(file.chaos.inbox_consumer.clone()).with_lease(ONCE_LEASE);
+    let dialect = oncebox.dialect().clone();
+    let deliveries: Arc<str> = file.chaos.deliveries_table.as_str().into();
+    let failures = file.chaos.handler_failures;
+    let effect: EventNote = {
+        let (dialect, names, deliveries) = (dialect.clone(), names.clone(), deliveries.clone());
+        Arc::new(move |id| {
+            let (dialect, names, deliveries) = (dialect.clone(), names.clone(), deliveries.clone());
+            Box::pin(async move {
+                let delivery = S::record_delivery(&dialect, &deliveries, id, std::process::id()).await?;
+                fail_as_planned::<S>(&dialect, &deliveries, &delivery, id, failures).await?;
+                // The inbox is `on_once`'s, around this effect: the row is written unguarded.
+                S::apply_without_inbox(&dialect, &names, id).await?;
+                S::note_delivery(&dialect, &deliveries, &delivery, "applied").await
+            })
+        })
+    };
+    let duplicate: EventNote = Arc::new(move |id| {
+        let (dialect, deliveries) = (dialect.clone(), deliveries.clone());
+        Box::pin(async move {
+            let delivery = S::record_delivery(&dialect, &deliveries, id, std::process::id()).await?;
+            S::note_delivery(&dialect, &deliveries, &delivery, "duplicate").await
+        })
+    });
+    let listening =
+        transport::<T>()?.listen_once(&names, &file.event_types(), inbox, effect, duplicate).await?;
+    let listened = listening.until(terminated(file.chaos.exit_on_stdin_eof)).await;
+    let shutdown = oncebox.shutdown(SHUTDOWN).await;
+    listened?;
+    shutdown
+}
+
+/// Fails the delivery `delivery` of event `id` as `failures` plan, noting it `failed`: a poison
+/// event always, another while fewer of its deliveries (in any process) than planned have failed.
+async fn fail_as_planned<S: Store>(
+    dialect: &S::Dialect,
+    deliveries: &str,
+    delivery: &str,
+    id: Uuid,
+    failures: Option<HandlerFailures>,
+) -> Result<()> {
+    let Some(planned) = failures.map(|failures| failures.plan(id)) else { return Ok(()) };
+    let fails = match planned {
+        Planned::Succeeds => false,
+        Planned::Poison => true,
+        Planned::FailsFirst(runs) => S::failed_deliveries(dialect, deliveries, id).await? < runs,
+    };
+    if !fails {
+        return Ok(());
+    }
+    S::note_delivery(dialect, deliveries, delivery, FAILED).await?;
+    Err(Error::new(ErrorKind::Other, format!("event {id}: the handler fails on purpose ({planned:?})")))
 }
 
 async fn consumer<S: Store, T: Transport>(file: &ChaosFile, broken: bool) -> Result<()> {
@@ -460,20 +560,7 @@ pub async fn apply_event<S: Store>(
     failures: Option<HandlerFailures>,
 ) -> Result<Consumed<()>> {
     let delivery = S::record_delivery(dialect, deliveries, id, std::process::id()).await?;
-    if let Some(planned) = failures.map(|failures| failures.plan(id)) {
-        let fails = match planned {
-            Planned::Succeeds => false,
-            Planned::Poison => true,
-            Planned::FailsFirst(runs) => S::failed_deliveries(dialect, deliveries, id).await? < runs,
-        };
-        if fails {
-            S::note_delivery(dialect, deliveries, &delivery, FAILED).await?;
-            return Err(Error::new(
-                ErrorKind::Other,
-                format!("event {id}: the handler fails on purpose ({planned:?})"),
-            ));
-        }
-    }
+    fail_as_planned::<S>(dialect, deliveries, &delivery, id, failures).await?;
     let outcome = if broken {
         S::apply_without_inbox(dialect, names, id).await?;
         Consumed::Applied(())

@@ -32,7 +32,7 @@ use oncebox::{Dialect, Publisher, Result};
 use uuid::Uuid;
 
 use crate::chaos::{
-    BROKEN_VARIABLE, Broker, DROP_SENDS_VARIABLE, Database, FAILED, HandlerFailures, RelayStats,
+    BROKEN_VARIABLE, Broker, DROP_SENDS_VARIABLE, Database, FAILED, Flavour, HandlerFailures, RelayStats,
     dropped_by_a_broken_relay,
 };
 use crate::servers::{PrivateKafka, PrivateMariadb, PrivatePostgres, RabbitApp};
@@ -91,6 +91,8 @@ impl Relaying {
 }
 /// The inbox consumer name of a run.
 const INBOX_CONSUMER: &str = "effects";
+/// The inbox consumer name of a run's `on_once` consumers.
+const ONCE_INBOX_CONSUMER: &str = "once-effects";
 /// Consumer processes of a run.
 const CONSUMERS: usize = 2;
 /// The bound on waiting for start-up steps (tables created, queue declared).
@@ -129,6 +131,9 @@ pub struct Profile {
     /// Handler failures on purpose, in events per thousand: `(failing, poison)`, where a failing
     /// event's handler fails its first 1–3 runs and a poison event's every run (dead-lettered).
     pub handler_failures: Option<(u32, u32)>,
+    /// Whether `on_once` consumers run beside the transactional ones, on a queue or group of
+    /// their own, with their own ledger.
+    pub once_consumers: bool,
 }
 
 /// The run `cargo test --workspace` makes on the shared servers: process faults only, so nothing
@@ -146,6 +151,7 @@ pub const SMOKE: Profile = Profile {
     copies: 20,
     relaying: Relaying::SEQUENTIAL,
     handler_failures: Some((30, 2)),
+    once_consumers: true,
 };
 
 /// What `.ci/run` runs: about 20,000 events per pair, every kind of fault.
@@ -162,6 +168,7 @@ pub const QUICK: Profile = Profile {
     copies: 50,
     relaying: Relaying::CLAIMING_AHEAD,
     handler_failures: Some((30, 1)),
+    once_consumers: true,
 };
 
 /// The documented long run: about 100,000 events per pair, 20 relay kills, 3 broker restarts.
@@ -178,6 +185,7 @@ pub const FULL: Profile = Profile {
     copies: 100,
     relaying: Relaying::SEQUENTIAL,
     handler_failures: Some((30, 1)),
+    once_consumers: true,
 };
 
 impl Profile {
@@ -297,8 +305,8 @@ pub struct Report {
     pub relaying: Relaying,
     /// The seed of the fault schedule.
     pub seed: u64,
-    /// The accounting.
-    pub ledger: Ledger,
+    /// The accounting of each consumer flavour, the transactional one first.
+    pub ledgers: Vec<(Flavour, Ledger)>,
     /// Each relay process's counters, as its stats file last had them.
     pub relays: Vec<(String, RelayStats)>,
     /// The faults made.
@@ -322,31 +330,61 @@ pub struct Report {
 
 impl Report {
     /// The header of [`Report::row`].
-    pub const HEADER: &'static str = "| pair | seed | committed | rolled back | delivered unique | duplicates delivered \
-         | effects | double effects | lost | rolled back but delivered | stuck rows | handler failures \
-         | poison dead-lettered | refused settles |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|";
+    pub const HEADER: &'static str = "| pair | consumer | seed | committed | rolled back | delivered unique \
+         | duplicates delivered | effects | double effects | repeated after a kill | lost \
+         | rolled back but delivered | stuck rows | handler failures | poison dead-lettered | refused settles |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|";
 
-    /// One Markdown table row of the ledger.
+    /// The transactional consumers' ledger.
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledgers[0].1
+    }
+
+    /// Whether every flavour's ledger holds.
+    pub fn holds(&self) -> bool {
+        self.ledgers.iter().all(|(_, ledger)| ledger.holds())
+    }
+
+    /// The broken guarantees of each flavour, or `no guarantee broken`.
+    pub fn violations(&self) -> String {
+        let broken: Vec<String> = self
+            .ledgers
+            .iter()
+            .filter(|(_, ledger)| !ledger.holds())
+            .map(|(flavour, ledger)| format!("{}: {}", flavour.name(), ledger.violations()))
+            .collect();
+        if broken.is_empty() { "no guarantee broken".to_owned() } else { broken.join("; ") }
+    }
+
+    /// One Markdown table row per flavour's ledger.
     pub fn row(&self) -> String {
         let refused: u64 = self.relays.iter().map(|(_, stats)| stats.refused_settles).sum();
-        format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            self.pair.name(),
-            self.seed,
-            self.ledger.committed,
-            self.ledger.rolled_back,
-            self.ledger.delivered_unique,
-            self.ledger.duplicates_delivered,
-            self.ledger.effects,
-            self.ledger.double_effects.len(),
-            self.ledger.lost.len(),
-            self.ledger.rolled_back_delivered.len(),
-            self.ledger.stuck_rows(),
-            self.ledger.handler_failures,
-            self.ledger.poison_dead_lettered.len(),
-            refused,
-        )
+        let rows: Vec<String> = self
+            .ledgers
+            .iter()
+            .map(|(flavour, ledger)| {
+                format!(
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    self.pair.name(),
+                    flavour.name(),
+                    self.seed,
+                    ledger.committed,
+                    ledger.rolled_back,
+                    ledger.delivered_unique,
+                    ledger.duplicates_delivered,
+                    ledger.effects,
+                    ledger.double_effects.len(),
+                    ledger.repeated_after_kill.len(),
+                    ledger.lost.len(),
+                    ledger.rolled_back_delivered.len(),
+                    ledger.stuck_rows(),
+                    ledger.handler_failures,
+                    ledger.poison_dead_lettered.len(),
+                    refused,
+                )
+            })
+            .collect();
+        rows.join("\n")
     }
 
     /// The table with this run's row, then the faults and counters behind it.
@@ -356,7 +394,8 @@ impl Report {
         let faults = self.faults;
         let mut text = format!(
             "{} {} (seed {}, {:.0?}, claim-ahead {}: emergency timeout {:?}, stuck after {:?}):\n{}\n{}\n\
-             faults: {} relay kills, {} consumer kills, {} relay stops of {:?}, \
+             faults: {} relay kills, {} consumer kills (each also of the on_once consumer of its slot, when it runs), \
+             {} relay stops of {:?}, \
              {} broker pauses, {} database restarts; commits in doubt {} (committed {}), transactions failed \
              before commit {}; copies re-published {}; relay processes {}, events the broker acknowledged \
              {acknowledged}, rows recovered as stuck {recovered} (as each relay's stats file last had them)",
@@ -387,9 +426,19 @@ impl Report {
             .map(|(event_type, count)| format!("{event_type} {count}"))
             .collect();
         let _ = write!(text, "\ncommitted by event type (one topic or exchange): {}", by_type.join(", "));
-        if !self.ledger.poison_dead_lettered.is_empty() {
-            let ids: Vec<String> = self.ledger.poison_dead_lettered.iter().map(Uuid::to_string).collect();
-            let _ = write!(text, "\npoison events dead-lettered: {}", ids.join(", "));
+        for (flavour, ledger) in &self.ledgers {
+            if !ledger.poison_dead_lettered.is_empty() {
+                let ids: Vec<String> = ledger.poison_dead_lettered.iter().map(Uuid::to_string).collect();
+                let _ = write!(text, "\n{}: poison events dead-lettered: {}", flavour.name(), ids.join(", "));
+            }
+            if !ledger.repeated_after_kill.is_empty() {
+                let _ = write!(
+                    text,
+                    "\n{}: effects repeated after a consumer was killed in them (id, rows): {:?}",
+                    flavour.name(),
+                    ledger.repeated_after_kill
+                );
+            }
         }
         if self.dropped_by_relays > 0 {
             let _ = write!(
@@ -530,15 +579,28 @@ async fn run_pair<S: Store, T: Transport>(
 
     let run = Run {
         deliveries: format!("{}deliveries", names.prefix),
+        once: profile.once_consumers.then(|| {
+            let once = Names {
+                effects: format!("{}once_effects", names.prefix),
+                consumer: fresh_name("oncebox_chaos_once"),
+                dead_letter: Some(fresh_name("oncebox_chaos_once_dead")),
+                ..names.clone()
+            };
+            (once, format!("{}once_deliveries", names.prefix))
+        }),
         dir: std::env::temp_dir().join(fresh_name("oncebox_chaos")),
         names,
         pair,
     };
     std::fs::create_dir_all(&run.dir).map_err(|error| plumbing("creating the run's directory", error))?;
-    let config = run.dir.join("chaos.yaml");
-    std::fs::write(&config, run.config_text(profile, options.seed))
-        .map_err(|error| plumbing("writing the run's configuration", error))?;
-    let mut fleet = Fleet::new(config, run.dir.clone(), options, servers.variables.clone(), S::RELAYS);
+    let mut configs = Vec::new();
+    for flavour in run.flavours() {
+        let config = run.dir.join(format!("chaos-{}.yaml", flavour.name()));
+        std::fs::write(&config, run.config_text(profile, options.seed, flavour))
+            .map_err(|error| plumbing("writing the run's configuration", error))?;
+        configs.push(config);
+    }
+    let mut fleet = Fleet::new(configs, run.dir.clone(), options, servers.variables.clone(), S::RELAYS);
     let dialect = store.open().await?;
 
     let driven =
@@ -556,6 +618,13 @@ async fn run_pair<S: Store, T: Transport>(
     }
     // The deliveries table first: disposing of an embedded database closes its pool.
     teardown.push(S::drop_table(&dialect, &run.deliveries).await);
+    if let Some((once, deliveries)) = &run.once {
+        teardown.push(S::drop_table(&dialect, deliveries).await);
+        teardown.push(S::drop_table(&dialect, &once.effects).await);
+        if servers.kafka.is_none() {
+            teardown.push(transport.dispose_listener(once).await);
+        }
+    }
     teardown.push(store.dispose(&dialect, &run.names).await);
     if servers.kafka.is_none() {
         teardown.push(transport.dispose(&run.names).await);
@@ -579,6 +648,9 @@ async fn run_pair<S: Store, T: Transport>(
 struct Run {
     names: Names,
     deliveries: String,
+    /// The `on_once` consumers' own names (effects table, queue or group, dead-letter
+    /// destination) and deliveries table, when they run.
+    once: Option<(Names, String)>,
     dir: PathBuf,
     pair: Pair,
 }
@@ -593,19 +665,34 @@ impl Run {
         })
     }
 
-    fn config_text(&self, profile: &Profile, seed: u64) -> String {
+    /// The consumer flavours of the run: the transactional one, and `on_once` when it runs.
+    fn flavours(&self) -> Vec<Flavour> {
+        let mut flavours = vec![Flavour::Transactional];
+        flavours.extend(self.once.as_ref().map(|_| Flavour::Once));
+        flavours
+    }
+
+    /// The names and deliveries table of the consumers of `flavour`.
+    fn of(&self, flavour: Flavour) -> (&Names, &str) {
+        match (&self.once, flavour) {
+            (Some((names, deliveries)), Flavour::Once) => (names, deliveries),
+            _ => (&self.names, &self.deliveries),
+        }
+    }
+
+    /// The file of the relays (which read only its `oncebox:` block and the run's names) and of
+    /// the consumers of `flavour`.
+    fn config_text(&self, profile: &Profile, seed: u64, flavour: Flavour) -> String {
         let relaying = profile.relaying;
+        let (names, deliveries) = self.of(flavour);
         let failures = self.failures(profile, seed).map_or_else(String::new, |failures| {
             format!(
                 "  handler-failures: {{ seed: {}, failing-per-mille: {}, poison-per-mille: {} }}\n",
                 failures.seed, failures.failing_per_mille, failures.poison_per_mille
             )
         });
-        let dead_letter = self
-            .names
-            .dead_letter
-            .as_ref()
-            .map_or_else(String::new, |name| format!("  dead-letter: {name}\n"));
+        let dead_letter =
+            names.dead_letter.as_ref().map_or_else(String::new, |name| format!("  dead-letter: {name}\n"));
         format!(
             "oncebox:
   tables:
@@ -636,7 +723,8 @@ chaos:
   effects-table: {effects}
   deliveries-table: {deliveries}
   listener-group: {group}
-  inbox-consumer: {INBOX_CONSUMER}
+  inbox-consumer: {inbox_consumer}
+  flavour: {flavour}
 {dead_letter}{failures}  stats-dir: {dir}
   exit-on-stdin-eof: true
 ",
@@ -646,10 +734,17 @@ chaos:
             stuck = relaying.stuck_after.as_millis(),
             database = self.pair.database.name(),
             broker = self.pair.broker.name(),
-            orders = self.names.orders,
-            effects = self.names.effects,
-            deliveries = self.deliveries,
-            group = self.names.consumer,
+            orders = names.orders,
+            effects = names.effects,
+            group = names.consumer,
+            inbox_consumer = match flavour {
+                Flavour::Transactional => INBOX_CONSUMER,
+                Flavour::Once => ONCE_INBOX_CONSUMER,
+            },
+            flavour = match flavour {
+                Flavour::Transactional => "transactional",
+                Flavour::Once => "once",
+            },
             dir = self.dir.display(),
         )
     }
@@ -672,7 +767,10 @@ fn fresh_names() -> Names {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Role {
     Relay,
+    /// A transactional consumer; the schedule's consumer faults name these, and each also
+    /// strikes the `on_once` consumer of the same slot when there is one.
     Consumer,
+    OnceConsumer,
 }
 
 impl Role {
@@ -680,6 +778,7 @@ impl Role {
         match self {
             Role::Relay => "relay",
             Role::Consumer => "consumer",
+            Role::OnceConsumer => "once-consumer",
         }
     }
 }
@@ -774,33 +873,41 @@ fn schedule(
 /// The run's child processes; dropping it SIGKILLs and reaps every one still running, also when
 /// the run fails or panics.
 struct Fleet {
-    config: PathBuf,
+    /// The file of the relays and the transactional consumers, then that of the `on_once`
+    /// consumers when they run.
+    configs: Vec<PathBuf>,
     logs: PathBuf,
     sabotage: Sabotage,
     binaries: Binaries,
     variables: Vec<(&'static str, String)>,
     relays: Vec<Option<Child>>,
     consumers: Vec<Option<Child>>,
+    once_consumers: Vec<Option<Child>>,
+    /// The process ids of the consumers SIGKILLed.
+    killed_consumers: HashSet<u32>,
     started: usize,
     faults: Faults,
 }
 
 impl Fleet {
     fn new(
-        config: PathBuf,
+        configs: Vec<PathBuf>,
         logs: PathBuf,
         options: &Options,
         variables: Vec<(&'static str, String)>,
         relays: usize,
     ) -> Self {
+        let once = if configs.len() > 1 { CONSUMERS } else { 0 };
         Self {
-            config,
+            configs,
             logs,
             sabotage: options.sabotage,
             binaries: options.binaries.clone(),
             variables,
             relays: (0..relays).map(|_| None).collect(),
             consumers: (0..CONSUMERS).map(|_| None).collect(),
+            once_consumers: (0..once).map(|_| None).collect(),
+            killed_consumers: HashSet::new(),
             started: 0,
             faults: Faults::default(),
         }
@@ -810,7 +917,13 @@ impl Fleet {
         match role {
             Role::Relay => &mut self.relays,
             Role::Consumer => &mut self.consumers,
+            Role::OnceConsumer => &mut self.once_consumers,
         }
+    }
+
+    /// Whether `on_once` consumers run.
+    fn runs_once(&self) -> bool {
+        !self.once_consumers.is_empty()
     }
 
     fn slot(&mut self, role: Role, slot: usize) -> Result<&mut Option<Child>> {
@@ -822,14 +935,20 @@ impl Fleet {
     fn start(&mut self, role: Role, slot: usize) -> Result<()> {
         let binary = match role {
             Role::Relay => self.binaries.relay.clone(),
-            Role::Consumer => self.binaries.consumer.clone(),
+            Role::Consumer | Role::OnceConsumer => self.binaries.consumer.clone(),
         };
+        let config = match role {
+            Role::Relay | Role::Consumer => self.configs.first(),
+            Role::OnceConsumer => self.configs.get(1),
+        };
+        let config =
+            config.cloned().ok_or_else(|| plumbing("the fleet", format!("no file for {}", role.name())))?;
         self.started += 1;
         let log = self.logs.join(format!("{:03}-{}-{slot}.log", self.started, role.name()));
         let stderr =
             File::create(&log).map_err(|error| plumbing(&format!("creating {}", log.display()), error))?;
         let mut command = Command::new(&binary);
-        command.arg("--config").arg(&self.config).stdin(Stdio::piped()).stdout(Stdio::null()).stderr(stderr);
+        command.arg("--config").arg(&config).stdin(Stdio::piped()).stdout(Stdio::null()).stderr(stderr);
         command.env_remove(BROKEN_VARIABLE).env_remove(DROP_SENDS_VARIABLE);
         match (self.sabotage, role) {
             (Sabotage::ConsumerWithoutInbox, Role::Consumer) => {
@@ -853,11 +972,15 @@ impl Fleet {
         let Some(mut child) = self.slot(role, slot)?.take() else {
             return Err(plumbing("the fleet", format!("{} {slot} is not running", role.name())));
         };
+        if role != Role::Relay {
+            self.killed_consumers.insert(child.id());
+        }
         child.kill().map_err(|error| plumbing(&format!("SIGKILL {} {slot}", role.name()), error))?;
         child.wait().map_err(|error| plumbing(&format!("reaping {} {slot}", role.name()), error))?;
         match role {
             Role::Relay => self.faults.relay_kills += 1,
             Role::Consumer => self.faults.consumer_kills += 1,
+            Role::OnceConsumer => {}
         }
         Ok(())
     }
@@ -883,7 +1006,7 @@ impl Fleet {
 
     /// Fails when a process exited that the schedule did not kill, with the end of its log.
     fn check_alive(&mut self) -> Result<()> {
-        for role in [Role::Relay, Role::Consumer] {
+        for role in [Role::Relay, Role::Consumer, Role::OnceConsumer] {
             for slot in 0..self.slots(role).len() {
                 if let Some(child) = self.slot(role, slot)?.as_mut()
                     && let Ok(Some(status)) = child.try_wait()
@@ -900,11 +1023,17 @@ impl Fleet {
     }
 
     fn last_log_lines(&self, role: Role, slot: usize) -> String {
-        let suffix = format!("-{}-{slot}.log", role.name());
+        let wanted = format!("{}-{slot}.log", role.name());
         let mut logs: Vec<PathBuf> = std::fs::read_dir(&self.logs)
             .map(|entries| entries.flatten().map(|entry| entry.path()).collect())
             .unwrap_or_default();
-        logs.retain(|path| path.to_string_lossy().ends_with(&suffix));
+        // `NNN-<role>-<slot>.log`: the role after the first dash, so `consumer` is not `once-consumer`.
+        logs.retain(|path| {
+            path.file_name()
+                .and_then(|name| name.to_str())
+                .and_then(|name| name.split_once('-'))
+                .is_some_and(|(_, rest)| rest == wanted)
+        });
         logs.sort();
         let text = logs.last().and_then(|path| std::fs::read_to_string(path).ok()).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
@@ -914,7 +1043,13 @@ impl Fleet {
 
 impl Drop for Fleet {
     fn drop(&mut self) {
-        for child in self.relays.iter_mut().chain(self.consumers.iter_mut()).flatten() {
+        for child in self
+            .relays
+            .iter_mut()
+            .chain(self.consumers.iter_mut())
+            .chain(self.once_consumers.iter_mut())
+            .flatten()
+        {
             let _ = child.kill();
             let _ = child.wait();
         }
@@ -924,6 +1059,14 @@ impl Drop for Fleet {
 impl Servers {
     async fn apply(&mut self, action: Action, fleet: &mut Fleet) -> Result<()> {
         match action {
+            Action::Kill(Role::Consumer, slot) if fleet.runs_once() => {
+                fleet.kill(Role::Consumer, slot)?;
+                fleet.kill(Role::OnceConsumer, slot)
+            }
+            Action::Start(Role::Consumer, slot) if fleet.runs_once() => {
+                fleet.start(Role::Consumer, slot)?;
+                fleet.start(Role::OnceConsumer, slot)
+            }
             Action::Kill(role, slot) => fleet.kill(role, slot),
             Action::Start(role, slot) => fleet.start(role, slot),
             Action::Stop(slot) => fleet.signal_relay(slot, "-STOP"),
@@ -1021,6 +1164,11 @@ async fn drive<S: Store, T: Transport>(
     transport.prepare(names).await?;
     store.create_business_tables(dialect, names).await?;
     S::create_deliveries_table(dialect, &run.deliveries).await?;
+    if let Some((once, deliveries)) = &run.once {
+        transport.prepare(once).await?;
+        S::create_effects_table(dialect, &once.effects).await?;
+        S::create_deliveries_table(dialect, deliveries).await?;
+    }
 
     // The first relay creates the oncebox tables; the others start once they exist.
     fleet.start(Role::Relay, 0)?;
@@ -1036,7 +1184,13 @@ async fn drive<S: Store, T: Transport>(
     for slot in 0..CONSUMERS {
         fleet.start(Role::Consumer, slot)?;
     }
+    for slot in 0..fleet.once_consumers.len() {
+        fleet.start(Role::OnceConsumer, slot)?;
+    }
     transport.await_listener(names).await?;
+    if let Some((once, _)) = &run.once {
+        transport.await_listener(once).await?;
+    }
     fleet.check_alive()?;
 
     // The publishers, in this process, on their own pool; each takes its share of the rate.
@@ -1094,34 +1248,46 @@ async fn drive<S: Store, T: Transport>(
         published.committed.keys().filter(|id| arrives(id) && !is_poison(id)).map(Uuid::to_string).collect();
     let poison: Vec<Uuid> = published.committed.keys().filter(|id| is_poison(id)).copied().collect();
     let awaited_poison: Vec<Uuid> = poison.iter().filter(|id| arrives(id)).copied().collect();
-    let dead_lettered = std::sync::Mutex::new(HashSet::<Uuid>::new());
+    let flavours = run.flavours();
+    // What each flavour's dead-letter destination held so far (a RabbitMQ queue is emptied as read).
+    let dead_lettered = std::sync::Mutex::new(HashMap::<Flavour, HashSet<Uuid>>::new());
     let recovered = wait_while_progressing(|| async {
-        let effects = S::effects(dialect, names).await?;
-        let applied: HashSet<&str> = effects.iter().map(|(id, _)| id.as_str()).collect();
         let statuses = S::outbox_statuses(dialect, names).await?;
         let settled: i64 =
             statuses.iter().filter(|(status, _)| status == "PROCESSED").map(|(_, count)| count).sum();
-        let all_settled = statuses.iter().all(|(status, _)| status == "PROCESSED");
-        let mut done = all_settled && awaited.iter().all(|id| applied.contains(id.as_str()));
+        let mut done = statuses.iter().all(|(status, _)| status == "PROCESSED");
+        let mut progress = vec![settled];
+        for &flavour in &flavours {
+            let (flavour_names, _) = run.of(flavour);
+            let effects = S::effects(dialect, flavour_names).await?;
+            let applied: HashSet<&str> = effects.iter().map(|(id, _)| id.as_str()).collect();
+            done &= awaited.iter().all(|id| applied.contains(id.as_str()));
+            progress.push(i64::try_from(effects.len()).unwrap_or(i64::MAX));
+        }
         // Read only once the rest is done: a Kafka dead-letter topic is read from its start.
         if done && !awaited_poison.is_empty() {
-            let found = transport.dead_lettered(names).await?;
-            let mut seen = dead_lettered.lock().map_err(|error| plumbing("the dead-lettered ids", error))?;
-            seen.extend(found);
-            done = awaited_poison.iter().all(|id| seen.contains(id));
+            for &flavour in &flavours {
+                let found = transport.dead_lettered(run.of(flavour).0).await?;
+                let mut seen =
+                    dead_lettered.lock().map_err(|error| plumbing("the dead-lettered ids", error))?;
+                let seen = seen.entry(flavour).or_default();
+                seen.extend(found);
+                done &= awaited_poison.iter().all(|id| seen.contains(id));
+            }
         }
-        let dead = dead_lettered.lock().map_or(0, |seen| seen.len());
-        Ok((done, (effects.len(), settled, dead)))
+        let dead = dead_lettered.lock().map_or(0, |seen| seen.values().map(HashSet::len).sum::<usize>());
+        progress.push(i64::try_from(dead).unwrap_or(i64::MAX));
+        Ok((done, progress))
     })
     .await;
     fleet.check_alive()?;
     let faults = fleet.faults;
-    let report = |ledger: Ledger, relays, copies, faults| Report {
+    let report = |ledgers: Vec<(Flavour, Ledger)>, relays, copies, faults| Report {
         pair: run.pair,
         profile: profile.name,
         relaying: profile.relaying,
         seed,
-        ledger,
+        ledgers,
         relays,
         faults,
         in_doubt: (in_doubt, resolved_committed),
@@ -1138,10 +1304,11 @@ async fn drive<S: Store, T: Transport>(
         elapsed: Duration::ZERO,
     };
     if let Err(error) = recovered {
-        let dead = dead_lettered.lock().map(|seen| seen.clone()).unwrap_or_default();
-        let ledger = read_ledger::<S>(dialect, run, &published, &poison, &dead).await?;
-        let stalled = report(ledger, RelayStats::read_all(&run.dir)?, 0, faults);
-        let lost: Vec<Uuid> = stalled.ledger.lost.iter().take(10).copied().collect();
+        let dead = dead_lettered.into_inner().unwrap_or_default();
+        let ledgers =
+            read_ledgers::<S>(dialect, run, &published, &poison, &dead, &fleet.killed_consumers).await?;
+        let stalled = report(ledgers, RelayStats::read_all(&run.dir)?, 0, faults);
+        let lost: Vec<Uuid> = stalled.ledger().lost.iter().take(10).copied().collect();
         // The publishers' dialect: it reads the run's outbox tables, not the default ones.
         let rows = outbox_rows(&shared.0, &lost).await;
         let broker = transport.describe(names, &lost).await;
@@ -1150,14 +1317,19 @@ async fn drive<S: Store, T: Transport>(
             format!(
                 "{error}\n{}\n{}\noutbox rows of the first lost events: {rows}\nbroker: {broker}",
                 stalled.text(),
-                stalled.ledger.violations()
+                stalled.violations()
             ),
         ));
     }
 
     // Copies of delivered events straight to the broker, as after a lost acknowledgement (none
-    // when relays drop events: a copy would deliver a dropped one).
-    let before = finished::<S>(dialect, &run.deliveries).await?;
+    // when relays drop events: a copy would deliver a dropped one). Each flavour's consumers must
+    // handle every copy: a finished delivery more of its id (the `on_once` consumers note the
+    // duplicates their listener reports).
+    let mut before = Vec::new();
+    for &flavour in &flavours {
+        before.push(finished::<S>(dialect, run.of(flavour).1).await?);
+    }
     let count = if options.sabotage == Sabotage::RelayDropsSends { 0 } else { profile.copies };
     let copies = copies_of(
         published.committed.iter().filter(|(id, _)| !is_poison(id)),
@@ -1168,20 +1340,57 @@ async fn drive<S: Store, T: Transport>(
     if !copies.is_empty() {
         transport.republish(&copies).await?;
         wait_while_progressing(|| async {
-            let now = finished::<S>(dialect, &run.deliveries).await?;
-            let handled =
-                copies.iter().filter(|copy| now.get(&copy.id.to_string()) > before.get(&copy.id.to_string()));
-            let handled = handled.count();
-            Ok((handled == copies.len(), (handled, 0)))
+            let mut handled = Vec::new();
+            for (&flavour, before) in flavours.iter().zip(&before) {
+                let now = finished::<S>(dialect, run.of(flavour).1).await?;
+                let more = |copy: &&oncebox::OutboundMessage| {
+                    now.get(&copy.id.to_string()) > before.get(&copy.id.to_string())
+                };
+                handled.push(copies.iter().filter(more).count());
+            }
+            Ok((handled.iter().all(|&count| count == copies.len()), handled))
         })
         .await?;
         fleet.check_alive()?;
     }
 
     let mut dead = dead_lettered.into_inner().map_err(|error| plumbing("the dead-lettered ids", error))?;
-    dead.extend(transport.dead_lettered(names).await?);
-    let ledger = read_ledger::<S>(dialect, run, &published, &poison, &dead).await?;
-    Ok(report(ledger, RelayStats::read_all(&run.dir)?, copies.len(), fleet.faults))
+    for &flavour in &flavours {
+        dead.entry(flavour).or_default().extend(transport.dead_lettered(run.of(flavour).0).await?);
+    }
+    let ledgers =
+        read_ledgers::<S>(dialect, run, &published, &poison, &dead, &fleet.killed_consumers).await?;
+    Ok(report(ledgers, RelayStats::read_all(&run.dir)?, copies.len(), fleet.faults))
+}
+
+/// The ledger of each consumer flavour of the run. The `on_once` one allows an effect repeated
+/// after a consumer was killed in it ([`Ledger::with_repeats_after_kills`]); the transactional
+/// one allows nothing of the kind.
+async fn read_ledgers<S: Store>(
+    dialect: &S::Dialect,
+    run: &Run,
+    published: &Published,
+    poison: &[Uuid],
+    dead_lettered: &HashMap<Flavour, HashSet<Uuid>>,
+    killed: &HashSet<u32>,
+) -> Result<Vec<(Flavour, Ledger)>> {
+    let mut ledgers = Vec::new();
+    for flavour in run.flavours() {
+        let (names, deliveries) = run.of(flavour);
+        let dead = dead_lettered.get(&flavour).cloned().unwrap_or_default();
+        let mut ledger = read_ledger::<S>(dialect, names, deliveries, published, poison, &dead).await?;
+        if flavour == Flavour::Once {
+            let mut unfinished: HashMap<String, i64> = HashMap::new();
+            for (id, pid, count) in S::unfinished_deliveries(dialect, deliveries).await? {
+                if u32::try_from(pid).is_ok_and(|pid| killed.contains(&pid)) {
+                    *unfinished.entry(id).or_default() += count;
+                }
+            }
+            ledger = ledger.with_repeats_after_kills(&unfinished);
+        }
+        ledgers.push((flavour, ledger));
+    }
+    Ok(ledgers)
 }
 
 /// How the outbox rows of `ids` stand (status, attempts, times, last error), for a run that
@@ -1213,14 +1422,15 @@ async fn finished<S: Store>(dialect: &S::Dialect, table: &str) -> Result<HashMap
 /// the committed events planned to fail every run, `dead_lettered` every id found dead-lettered.
 async fn read_ledger<S: Store>(
     dialect: &S::Dialect,
-    run: &Run,
+    names: &Names,
+    deliveries: &str,
     published: &Published,
     poison: &[Uuid],
     dead_lettered: &HashSet<Uuid>,
 ) -> Result<Ledger> {
     let mut seen: HashMap<Uuid, u64> = HashMap::new();
     let mut failures = 0;
-    for (id, outcome, count) in S::deliveries_by_outcome(dialect, &run.deliveries).await? {
+    for (id, outcome, count) in S::deliveries_by_outcome(dialect, deliveries).await? {
         let parsed =
             Uuid::parse_str(&id).map_err(|error| plumbing(&format!("delivered event id {id:?}"), error))?;
         let count = u64::try_from(count).unwrap_or_default();
@@ -1231,8 +1441,8 @@ async fn read_ledger<S: Store>(
             *deliveries += count;
         }
     }
-    let effects = S::effects(dialect, &run.names).await?;
-    let statuses = S::outbox_statuses(dialect, &run.names).await?;
+    let effects = S::effects(dialect, names).await?;
+    let statuses = S::outbox_statuses(dialect, names).await?;
     Ok(Ledger::new(
         published.committed.keys().copied(),
         published.rolled_back.iter().copied(),

@@ -53,6 +53,9 @@ pub struct Ledger {
     pub poison_with_effect: Vec<Uuid>,
     /// Dead-lettered events that are not poison: given up although their handler would succeed.
     pub dead_lettered_not_poison: Vec<Uuid>,
+    /// Ids whose effect ran again after a consumer was killed in it (see
+    /// [`Ledger::with_repeats_after_kills`]), with their effect rows; not in `double_effects`.
+    pub repeated_after_kill: Vec<(String, i64)>,
 }
 
 impl Ledger {
@@ -100,7 +103,29 @@ impl Ledger {
             poison_not_dead_lettered: Vec::new(),
             poison_with_effect: Vec::new(),
             dead_lettered_not_poison: Vec::new(),
+            repeated_after_kill: Vec::new(),
         }
+    }
+
+    /// The accounting of a consumer whose effect is not transactional (`on_once`): a consumer
+    /// killed after its effect and before the id was marked applied leaves a claim that another
+    /// delivery takes over, running the effect again. An id may then have one effect row more
+    /// per such delivery: one that never finished (`unfinished_in_killed`: by id, deliveries
+    /// without an outcome in a process that was killed). Those ids move from `double_effects` to
+    /// `repeated_after_kill`; any row beyond stays a double effect.
+    #[must_use]
+    pub fn with_repeats_after_kills(mut self, unfinished_in_killed: &HashMap<String, i64>) -> Self {
+        let (allowed, doubled): (Vec<_>, Vec<_>) = std::mem::take(&mut self.double_effects)
+            .into_iter()
+            .partition(|(id, rows)| *rows <= 1 + unfinished_in_killed.get(id).copied().unwrap_or(0));
+        self.double_effects = doubled;
+        self.repeated_after_kill = allowed;
+        self
+    }
+
+    /// Effect rows beyond the first of the ids in `repeated_after_kill`.
+    fn repeated_rows(&self) -> i64 {
+        self.repeated_after_kill.iter().map(|(_, rows)| rows - 1).sum()
     }
 
     /// The accounting of a run whose handlers failed on purpose: `failures` failed runs in all;
@@ -152,7 +177,8 @@ impl Ledger {
             && self.poison_not_dead_lettered.is_empty()
             && self.poison_with_effect.is_empty()
             && self.dead_lettered_not_poison.is_empty()
-            && usize::try_from(self.effects).is_ok_and(|effects| effects == self.expected_effects())
+            && usize::try_from(self.effects - self.repeated_rows())
+                .is_ok_and(|effects| effects == self.expected_effects())
             && usize::try_from(self.outbox_rows).is_ok_and(|rows| rows == self.committed)
     }
 
@@ -189,12 +215,13 @@ impl Ledger {
         if !self.dead_lettered_not_poison.is_empty() {
             found.push(format!("dead-lettered but not poison: {}", some(&self.dead_lettered_not_poison)));
         }
-        if usize::try_from(self.effects).ok() != Some(self.expected_effects())
+        if usize::try_from(self.effects - self.repeated_rows()).ok() != Some(self.expected_effects())
             && self.double_effects.is_empty()
         {
             found.push(format!(
-                "{} effect rows for {} events that must have one",
+                "{} effect rows ({} repeated after a kill) for {} events that must have one",
                 self.effects,
+                self.repeated_rows(),
                 self.expected_effects()
             ));
         }
@@ -284,6 +311,26 @@ mod tests {
             .with_handler_failures(0, &[id(2)], &HashSet::from([id(2)]), &applied);
         assert!(!with_effect.holds());
         assert!(with_effect.violations().contains("poison with an effect: 1"));
+    }
+
+    #[test]
+    fn an_effect_repeated_only_after_a_kill_in_it_is_allowed() {
+        let deliveries = HashMap::from([(id(1), 2), (id(2), 2)]);
+        let effects = [effect(1, 2), effect(2, 2)];
+        // 1 had a delivery that never finished in a killed process; 2 had none.
+        let unfinished = HashMap::from([(id(1).to_string(), 1)]);
+        let ledger = Ledger::new([id(1), id(2)], [], &deliveries, &effects, &processed(2))
+            .with_repeats_after_kills(&unfinished);
+        assert_eq!(ledger.repeated_after_kill, vec![effect(1, 2)]);
+        assert_eq!(ledger.double_effects, vec![effect(2, 2)]);
+        assert!(!ledger.holds());
+        let only_repeated = Ledger::new([id(1)], [], &deliveries, &[effect(1, 2)], &processed(1))
+            .with_repeats_after_kills(&unfinished);
+        assert!(only_repeated.holds(), "{}", only_repeated.violations());
+        // A third row is one more than the unfinished delivery explains.
+        let tripled = Ledger::new([id(1)], [], &deliveries, &[effect(1, 3)], &processed(1))
+            .with_repeats_after_kills(&unfinished);
+        assert_eq!(tripled.double_effects, vec![effect(1, 3)]);
     }
 
     #[test]

@@ -180,6 +180,17 @@ pub trait Store: Sized + Send + Sync + 'static {
         outcome: &str,
     ) -> impl Future<Output = Result<()>> + Send;
 
+    /// Creates an effects table of its own for a second consumer of the run (no key, as the
+    /// first one's).
+    fn create_effects_table(dialect: &Self::Dialect, table: &str) -> impl Future<Output = Result<()>> + Send;
+
+    /// Deliveries without an outcome (their handler never finished), by event id and process:
+    /// `(event id, pid, deliveries)`.
+    fn unfinished_deliveries(
+        dialect: &Self::Dialect,
+        table: &str,
+    ) -> impl Future<Output = Result<Vec<(String, i64, i64)>>> + Send;
+
     /// The deliveries of event `id` whose handler noted the outcome `failed`.
     fn failed_deliveries(
         dialect: &Self::Dialect,
@@ -414,6 +425,24 @@ macro_rules! sql_store_operations {
                 .await
                 .map_err(database_error("noting a delivery's outcome"))?;
             Ok(())
+        }
+
+        async fn create_effects_table(dialect: &$dialect, table: &str) -> Result<()> {
+            sqlx::raw_sql(AssertSqlSafe(format!("CREATE TABLE {table} (event_id VARCHAR(36) NOT NULL)")))
+                .execute(dialect.pool())
+                .await
+                .map_err(database_error("creating an effects table"))?;
+            Ok(())
+        }
+
+        async fn unfinished_deliveries(dialect: &$dialect, table: &str) -> Result<Vec<(String, i64, i64)>> {
+            let sql = format!(
+                "SELECT event_id, pid, COUNT(*) FROM {table} WHERE outcome IS NULL GROUP BY event_id, pid"
+            );
+            sqlx::query_as(AssertSqlSafe(sql))
+                .fetch_all(dialect.pool())
+                .await
+                .map_err(database_error("reading unfinished deliveries"))
         }
 
         async fn failed_deliveries(dialect: &$dialect, table: &str, id: Uuid) -> Result<i64> {

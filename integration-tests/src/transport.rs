@@ -53,6 +53,36 @@ pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<Consumed<()>>> + Sen
 /// duplicate out; an error makes the listener retry the delivery.
 pub type EventHandler = Arc<dyn Fn(Uuid, Order) -> HandlerFuture + Send + Sync>;
 
+/// The future of an [`EventNote`].
+pub type NoteFuture = Pin<Box<dyn Future<Output = Result<()>> + Send>>;
+
+/// Something done with an event id: the effect an `on_once` registration runs (its error makes the
+/// listener retry the delivery), or the note of a delivery the inbox answered as a duplicate.
+pub type EventNote = Arc<dyn Fn(Uuid) -> NoteFuture + Send + Sync>;
+
+/// Hands every [`Outcome::Duplicate`](oncebox::consume::Outcome::Duplicate) a listener reports to
+/// `duplicate`, on a task of its own that ends with the listener's outcomes channel. Outcomes
+/// are reported after the message was settled; a subscriber that falls behind by more than the
+/// channel holds misses some, which only makes the duplicates counted fewer.
+fn note_duplicates(
+    mut outcomes: tokio::sync::broadcast::Receiver<oncebox::consume::Outcome>,
+    duplicate: EventNote,
+) {
+    tokio::spawn(async move {
+        loop {
+            match outcomes.recv().await {
+                Ok(oncebox::consume::Outcome::Duplicate { id }) => {
+                    if let Err(error) = duplicate(id).await {
+                        eprintln!("noting a duplicate of event {id} failed: {error}");
+                    }
+                }
+                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+            }
+        }
+    });
+}
+
 /// A listener running on its own task.
 pub struct Listening {
     stop: oneshot::Sender<()>,
@@ -110,7 +140,9 @@ pub trait Transport: Sized + Send + Sync + 'static {
         Self::from_variables(&server_url)
     }
 
-    /// Creates what must exist before anything is published to `names.destination`.
+    /// Creates what must exist before anything is published to `names.destination`, and the
+    /// dead-letter topic of `names`; a second listener of the run may prepare the same
+    /// destination again.
     fn prepare(&self, names: &Names) -> impl Future<Output = Result<()>> + Send;
 
     /// A new sender for the relay (the engine hands it the emergency timeout).
@@ -124,6 +156,23 @@ pub trait Transport: Sized + Send + Sync + 'static {
         event_types: &[&str],
         handler: EventHandler,
     ) -> impl Future<Output = Result<Listening>> + Send;
+
+    /// Starts the transport's listener on `names.consumer` with each of `event_types` registered
+    /// through the listener's `on_once` over `inbox` (claim the id, run `effect`, mark it applied;
+    /// release it when `effect` fails), handing every delivery the inbox answers as a duplicate to
+    /// `duplicate`; returns once deliveries published from now on reach it.
+    fn listen_once<W: Clone + Send + Sync + 'static>(
+        &self,
+        names: &Names,
+        event_types: &[&str],
+        inbox: oncebox::Inbox<W>,
+        effect: EventNote,
+        duplicate: EventNote,
+    ) -> impl Future<Output = Result<Listening>> + Send;
+
+    /// Removes what a second listener of the run's topic or exchange made (its queue, its
+    /// dead-letter queue, exchange or topic), leaving the topic or exchange itself.
+    fn dispose_listener(&self, names: &Names) -> impl Future<Output = Result<()>> + Send;
 
     /// Waits until a listener started on `names.consumer` (in this or another process) receives
     /// what is published from now on.
@@ -177,6 +226,27 @@ impl KafkaTransport {
             .create()
             .map_err(|error| plumbing("Kafka admin client", error))
     }
+
+    /// The listener configuration of `names`: its group on the run's topic, quick retries, a
+    /// short session, and the dead-letter topic when the run has one.
+    fn listener_config(&self, names: &Names) -> KafkaListenerConfig {
+        let config = KafkaListenerConfig::new(&self.bootstrap, &names.consumer, [names.destination.as_str()])
+            .with_retry_backoff(RETRY_MIN, RETRY_MAX)
+            // A member that died is noticed after this rather than librdkafka's 45 s, so its
+            // partitions move to a live member while a run still waits for them.
+            .with_consumer_property("session.timeout.ms", SESSION_TIMEOUT.as_millis().to_string())
+            .with_consumer_property("heartbeat.interval.ms", HEARTBEAT_INTERVAL_MS);
+        // librdkafka's own debug contexts (`fetch`, `cgrp`, …) for a run being diagnosed; they reach
+        // the process log with `RUST_LOG=librdkafka=debug`.
+        let config = match std::env::var("ONCEBOX_KAFKA_DEBUG") {
+            Ok(contexts) if !contexts.trim().is_empty() => config.with_consumer_property("debug", contexts),
+            _ => config,
+        };
+        match &names.dead_letter {
+            Some(topic) => config.with_dead_letter_topic(topic).with_max_attempts(MAX_ATTEMPTS),
+            None => config,
+        }
+    }
 }
 
 impl Transport for KafkaTransport {
@@ -208,7 +278,14 @@ impl Transport for KafkaTransport {
             .await
             .map_err(|error| plumbing("creating the topic", error))?;
         for result in results {
-            result.map_err(|(name, code)| plumbing(&format!("creating topic {name}"), code))?;
+            match result {
+                // A second listener of the run prepares the topic again, for its dead-letter topic.
+                Err((name, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists))
+                    if name == names.destination => {}
+                other => {
+                    other.map_err(|(name, code)| plumbing(&format!("creating topic {name}"), code))?;
+                }
+            }
         }
         Ok(())
     }
@@ -218,31 +295,48 @@ impl Transport for KafkaTransport {
     }
 
     async fn listen(&self, names: &Names, event_types: &[&str], handler: EventHandler) -> Result<Listening> {
-        let config = KafkaListenerConfig::new(&self.bootstrap, &names.consumer, [names.destination.as_str()])
-            .with_retry_backoff(RETRY_MIN, RETRY_MAX)
-            // A member that died is noticed after this rather than librdkafka's 45 s, so its
-            // partitions move to a live member while a run still waits for them.
-            .with_consumer_property("session.timeout.ms", SESSION_TIMEOUT.as_millis().to_string())
-            .with_consumer_property("heartbeat.interval.ms", HEARTBEAT_INTERVAL_MS);
-        // librdkafka's own debug contexts (`fetch`, `cgrp`, …) for a run being diagnosed; they reach
-        // the process log with `RUST_LOG=librdkafka=debug`.
-        let config = match std::env::var("ONCEBOX_KAFKA_DEBUG") {
-            Ok(contexts) if !contexts.trim().is_empty() => config.with_consumer_property("debug", contexts),
-            _ => config,
-        };
-        let config = match &names.dead_letter {
-            Some(topic) => config.with_dead_letter_topic(topic).with_max_attempts(MAX_ATTEMPTS),
-            None => config,
-        };
         // A fresh group starts at the earliest offset, so nothing published before it joined is missed.
         let listener = event_types
             .iter()
-            .fold(KafkaListener::builder(config), |builder, event_type| {
+            .fold(KafkaListener::builder(self.listener_config(names)), |builder, event_type| {
                 let handler = handler.clone();
                 builder.on(*event_type, move |event: KafkaEvent<Order>| handler(event.id, event.payload))
             })
             .build()?;
         Ok(Listening::spawn(|shutdown| async move { listener.run(shutdown).await }))
+    }
+
+    async fn listen_once<W: Clone + Send + Sync + 'static>(
+        &self,
+        names: &Names,
+        event_types: &[&str],
+        inbox: oncebox::Inbox<W>,
+        effect: EventNote,
+        duplicate: EventNote,
+    ) -> Result<Listening> {
+        let listener = event_types
+            .iter()
+            .fold(KafkaListener::builder(self.listener_config(names)), |builder, event_type| {
+                let effect = effect.clone();
+                builder.on_once(*event_type, inbox.clone(), move |event: KafkaEvent<Order>| effect(event.id))
+            })
+            .build()?;
+        note_duplicates(listener.outcomes(), duplicate);
+        Ok(Listening::spawn(|shutdown| async move { listener.run(shutdown).await }))
+    }
+
+    async fn dispose_listener(&self, names: &Names) -> Result<()> {
+        let Some(dead_letter) = names.dead_letter.as_deref() else { return Ok(()) };
+        let options = AdminOptions::new().operation_timeout(Some(SET_UP));
+        let results = self
+            .admin()?
+            .delete_topics(&[dead_letter], &options)
+            .await
+            .map_err(|error| plumbing("deleting the dead-letter topic", error))?;
+        for result in results {
+            result.map_err(|(name, code)| plumbing(&format!("deleting topic {name}"), code))?;
+        }
+        Ok(())
     }
 
     async fn describe(&self, names: &Names, lost: &[Uuid]) -> String {
@@ -305,6 +399,22 @@ pub struct RabbitTransport {
 }
 
 impl RabbitTransport {
+    /// The listener configuration of `names`: its queue declared and bound to the run's exchange
+    /// (with the dead-letter exchange and queue when the run has one), quick retries, a message
+    /// given up after [`MAX_ATTEMPTS`] failed runs when it has somewhere to go.
+    fn listener_config(url: &str, names: &Names) -> RabbitListenerConfig {
+        let topology = match &names.dead_letter {
+            Some(dead_letter) => {
+                RabbitTopology::new(&names.destination).with_dead_letter(dead_letter, dead_letter)
+            }
+            None => RabbitTopology::new(&names.destination),
+        };
+        RabbitListenerConfig::new(url, &names.consumer)
+            .with_declare(topology)
+            .with_max_attempts(MAX_ATTEMPTS)
+            .with_retry_backoff(RETRY_MIN, RETRY_MAX)
+    }
+
     async fn connection(&self) -> Result<Connection> {
         Connection::connect(&self.url, ConnectionProperties::default())
             .await
@@ -360,20 +470,10 @@ impl Transport for RabbitTransport {
     }
 
     async fn listen(&self, names: &Names, event_types: &[&str], handler: EventHandler) -> Result<Listening> {
-        let topology = match &names.dead_letter {
-            Some(dead_letter) => {
-                RabbitTopology::new(&names.destination).with_dead_letter(dead_letter, dead_letter)
-            }
-            None => RabbitTopology::new(&names.destination),
-        };
-        let config = RabbitListenerConfig::new(&self.url, &names.consumer)
-            .with_declare(topology)
-            .with_max_attempts(MAX_ATTEMPTS)
-            .with_retry_backoff(RETRY_MIN, RETRY_MAX);
         // The declared queue is bound to the exchange by every registered event type.
         let listener = event_types
             .iter()
-            .fold(RabbitListener::builder(config), |builder, event_type| {
+            .fold(RabbitListener::builder(Self::listener_config(&self.url, names)), |builder, event_type| {
                 let handler = handler.clone();
                 builder.on(*event_type, move |event: RabbitEvent<Order>| handler(event.id, event.payload))
             })
@@ -382,6 +482,50 @@ impl Transport for RabbitTransport {
         // Mandatory publishing reports an event unroutable until the queue is bound.
         self.await_queue(&names.consumer).await?;
         Ok(listening)
+    }
+
+    async fn listen_once<W: Clone + Send + Sync + 'static>(
+        &self,
+        names: &Names,
+        event_types: &[&str],
+        inbox: oncebox::Inbox<W>,
+        effect: EventNote,
+        duplicate: EventNote,
+    ) -> Result<Listening> {
+        let listener = event_types
+            .iter()
+            .fold(RabbitListener::builder(Self::listener_config(&self.url, names)), |builder, event_type| {
+                let effect = effect.clone();
+                builder.on_once(*event_type, inbox.clone(), move |event: RabbitEvent<Order>| effect(event.id))
+            })
+            .build()?;
+        note_duplicates(listener.outcomes(), duplicate);
+        let listening = Listening::spawn(|shutdown| async move { listener.run(shutdown).await });
+        self.await_queue(&names.consumer).await?;
+        Ok(listening)
+    }
+
+    async fn dispose_listener(&self, names: &Names) -> Result<()> {
+        let connection = self.connection().await?;
+        let channel = connection.create_channel().await.map_err(|error| plumbing("test channel", error))?;
+        let mut queues = vec![names.consumer.as_str()];
+        queues.extend(names.dead_letter.as_deref());
+        for queue in queues {
+            let name = ShortString::try_new(queue).map_err(|error| plumbing("queue name", error))?;
+            channel
+                .queue_delete(name, QueueDeleteOptions::default())
+                .await
+                .map_err(|error| plumbing("deleting a queue", error))?;
+        }
+        if let Some(dead_letter) = &names.dead_letter {
+            let name = ShortString::try_new(dead_letter.as_str())
+                .map_err(|error| plumbing("exchange name", error))?;
+            channel
+                .exchange_delete(name, ExchangeDeleteOptions::default())
+                .await
+                .map_err(|error| plumbing("deleting the dead-letter exchange", error))?;
+        }
+        Ok(())
     }
 
     async fn describe(&self, names: &Names, _lost: &[Uuid]) -> String {
