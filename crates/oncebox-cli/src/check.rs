@@ -59,11 +59,50 @@ pub(crate) fn run(file: &Path) -> Result<(), Failure> {
         }
         None => println!("inbox: off"),
     }
+    for warning in window_warnings(&config) {
+        println!("warning: {warning}");
+    }
     if !transports.is_empty() {
         println!("transport blocks valid: {}", transports.join(", "));
     }
     println!("ok: {shown} is valid");
     Ok(())
+}
+
+/// Where an event can reach this service's inbox after the inbox forgot its id: the inbox then
+/// refuses it (it is older than the ids kept), so the event is held or dead-lettered, not applied.
+fn window_warnings(config: &Config) -> Vec<String> {
+    let Some(ttl) = config.inbox.as_ref().and_then(|inbox| inbox.clean_up).map(|clean_up| clean_up.ttl)
+    else {
+        return Vec::new();
+    };
+    let Some(outbox) = &config.outbox else {
+        return Vec::new();
+    };
+    let mut warnings: Vec<String> = outbox
+        .events
+        .iter()
+        .filter_map(|(event_type, event)| {
+            let horizon = event.backoff.retry_horizon(event.max_retries, outbox.emergency_timeout);
+            (horizon >= ttl).then(|| {
+                format!(
+                    "event type {event_type} can be retried for up to {} (oncebox.outbox.events.{event_type}.max-retries \
+                     and backoff), longer than the inbox keeps ids ({}, oncebox.inbox.clean-up.ttl): a late copy \
+                     would be refused as too old; raise the TTL",
+                    age(horizon),
+                    age(ttl)
+                )
+            })
+        })
+        .collect();
+    if outbox.dlq.is_some() {
+        warnings.push(format!(
+            "a DLQ re-drive can bring back an event of any age: one older than {} (oncebox.inbox.clean-up.ttl) is \
+             refused by the inbox as too old (re-driving one past oncebox.outbox.dlq.re-drive-max-age needs --allow-older)",
+            age(ttl)
+        ));
+    }
+    warnings
 }
 
 fn print_outbox(outbox: &OutboxConfig) {

@@ -359,6 +359,12 @@ async fn check_config_prints_each_event_type_or_names_the_wrong_key(_: Arc<Backe
          max-retries: 5\n    dlq:\n      enabled: true\n  kafka:\n    bootstrap-servers: 127.0.0.1:9092\n",
     )?;
     let toml = write("good.toml", "[oncebox.outbox.events.shipped]\ntopic = \"shipping\"\n")?;
+    let short_window = write(
+        "short-window.yaml",
+        "oncebox:\n  outbox:\n    events:\n      order-created:\n        topic: orders\n      payment-failed:\n        \
+         topic: payments\n        max-retries: 10\n        backoff:\n          max-delay: 2h\n    dlq:\n      enabled: true\n  \
+         inbox:\n    clean-up:\n      ttl: 6h\n",
+    )?;
     let bad = write(
         "bad.yaml",
         "oncebox:\n  outbox:\n    events:\n      order-created:\n        topic: orders\n        polling:\n          \
@@ -386,6 +392,16 @@ async fn check_config_prints_each_event_type_or_names_the_wrong_key(_: Arc<Backe
             "{out}"
         );
         assert!(oncebox(&["check-config", &toml]).await?.ok()?.contains("shipping"));
+        assert!(!out.contains("warning:"), "no inbox in the file, nothing to compare: {out}");
+        // 10 s, 30 s, 90 s, 270 s, 810 s, 2430 s, then 2 h four times: past the 6 h the inbox keeps ids.
+        let out = oncebox(&["check-config", &short_window]).await?.ok()?;
+        let warnings: Vec<&str> = out.lines().filter(|line| line.starts_with("warning:")).collect();
+        assert_eq!(warnings.len(), 2, "{out}");
+        assert!(
+            warnings[0].contains("payment-failed") && warnings[0].contains("oncebox.inbox.clean-up.ttl"),
+            "{out}"
+        );
+        assert!(warnings[1].contains("DLQ re-drive"), "{out}");
         oncebox(&["check-config", &bad])
             .await?
             .refused(2, "oncebox.outbox.events.order-created.polling.min-fixed-delay")?;

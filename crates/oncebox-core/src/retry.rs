@@ -40,6 +40,16 @@ impl Backoff {
             if self.jitter > 0.0 { capped_ms * (1.0 - self.jitter * fastrand::f64()) } else { capped_ms };
         Duration::from_millis(jittered_ms.max(0.0).round() as u64)
     }
+
+    /// The longest an event can spend in retries: every delay before retries 1 to `max_retries`,
+    /// without jitter, plus one `emergency_timeout` per send. An event delivered on its first send
+    /// whose acknowledgement was lost can reach a consumer again this late, so an inbox must keep
+    /// ids longer (`oncebox check-config` warns where it does not).
+    pub fn retry_horizon(&self, max_retries: u32, emergency_timeout: Duration) -> Duration {
+        let steady = Backoff { jitter: 0.0, ..*self };
+        let sends = emergency_timeout.saturating_mul(max_retries.saturating_add(1));
+        (1..=max_retries).fold(sends, |total, retry| total.saturating_add(steady.delay_before_retry(retry)))
+    }
 }
 
 /// The `n`-th wait of a doubling backoff: `first` for `n` 0 and 1, then twice the one before,
@@ -132,6 +142,20 @@ mod tests {
                 RetryDecision::RetryAfter(Duration::from_secs(90)),
                 RetryDecision::GiveUp,
             ]
+        );
+    }
+
+    #[test]
+    fn the_retry_horizon_adds_every_delay_without_jitter_and_a_timeout_per_send() {
+        let jittered = Backoff { jitter: 0.9, ..Backoff::default() };
+        let minute = Duration::from_secs(60);
+        // 10 s + 30 s + 90 s of delays, four sends of a minute each.
+        assert_eq!(jittered.retry_horizon(3, minute), Duration::from_secs(130 + 240));
+        assert_eq!(Backoff::default().retry_horizon(0, minute), minute);
+        let capped = Backoff { max_delay: Duration::from_secs(3600), ..Backoff::default() };
+        assert!(
+            capped.retry_horizon(u32::MAX, minute) >= Duration::from_secs(3600 * 1000),
+            "saturates, never panics"
         );
     }
 
