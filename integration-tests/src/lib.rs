@@ -33,6 +33,7 @@ macro_rules! with_pair {
 }
 pub(crate) use with_pair;
 
+pub mod blackhole;
 pub mod chaos;
 pub mod harness;
 pub mod ledger;
