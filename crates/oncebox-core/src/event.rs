@@ -403,6 +403,38 @@ pub struct DlqFilter {
     pub event_type: Option<String>,
 }
 
+/// The selected DLQ rows written longer ago than some age ([`DlqDao::older_than`]): what a
+/// re-drive of them is asked about.
+///
+/// [`DlqDao::older_than`]: crate::DlqDao::older_than
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OlderEvents {
+    /// How many rows.
+    pub count: u64,
+    /// How long ago the oldest of them was written (`created_at`); `None` when `count` is 0.
+    pub oldest_age: Option<Duration>,
+}
+
+impl OlderEvents {
+    /// `count` rows, the oldest written `oldest_age_ms` milliseconds ago, as an aggregate
+    /// statement reads them (a negative count or age, from a clock step, counts as 0).
+    pub fn from_aggregate(count: i64, oldest_age_ms: i64) -> Self {
+        let count = u64::try_from(count).unwrap_or_default();
+        let age = Duration::from_millis(u64::try_from(oldest_age_ms).unwrap_or_default());
+        Self { count, oldest_age: (count > 0).then_some(age) }
+    }
+
+    /// These rows and `other`'s together (the parts of a long id list read in chunks).
+    #[must_use]
+    pub fn and(self, other: OlderEvents) -> OlderEvents {
+        let oldest_age = match (self.oldest_age, other.oldest_age) {
+            (Some(one), Some(two)) => Some(one.max(two)),
+            (one, two) => one.or(two),
+        };
+        OlderEvents { count: self.count + other.count, oldest_age }
+    }
+}
+
 /// DLQ row counts for gauges.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DlqCounts {

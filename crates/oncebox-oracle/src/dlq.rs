@@ -5,12 +5,17 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use oncebox_core::event::{DlqCounts, DlqFilter, DlqSelection};
+use chrono::NaiveDateTime;
+use oncebox_core::event::{DlqCounts, DlqFilter, DlqSelection, OlderEvents};
 use oncebox_core::{DlqDao, DlqEvent, DlqStatus, Error, OutboxEvent, Result};
+use oracle::Row;
 use uuid::Uuid;
 
+use crate::error::OraResultExt;
 use crate::row::{Decoded, id_bytes, status_counts};
-use crate::session::{Bind, execute, execute_over_ids, lock, lock_ids, query, rows, store_daos};
+use crate::session::{
+    Bind, execute, execute_over_ids, lock, lock_ids, micros, query, query_over_ids, rows, store_daos,
+};
 use crate::statements::Statements;
 
 store_daos! {
@@ -50,6 +55,18 @@ impl OraDlqDao {
             })
             .await
     }
+}
+
+/// What `dlq_older_by_ids` and `dlq_older_by_type` read: each row a count, the oldest write time
+/// (`NULL` when none) and the database's now, added up over the rows (one per chunk of ids).
+fn older_events(rows: &[Row], context: &str) -> Result<OlderEvents> {
+    rows.iter().try_fold(OlderEvents::default(), |older, row| {
+        let (count, oldest, now): (i64, Option<NaiveDateTime>, NaiveDateTime) =
+            row.get_as().context(context)?;
+        // A row written a moment "after" the database's now (a clock step) is 0 ms old.
+        let age_ms = oldest.map_or(0, |oldest| (now - oldest).num_milliseconds());
+        Ok(older.and(OlderEvents::from_aggregate(count, age_ms)))
+    })
 }
 
 /// The DLQ filter's binds.
@@ -170,6 +187,27 @@ impl DlqDao for OraDlqDao {
             [&s.dlq_delete_by_ids, &s.dlq_delete_by_type]
         }
         self.by_selection(selection, pick, None, "deleting DLQ events").await
+    }
+
+    async fn older_than(&self, selection: &DlqSelection, age: Duration) -> Result<OlderEvents> {
+        let selection = selection.clone();
+        self.0
+            .call("aging DLQ events", move |connection, statements, context| {
+                let older_than = micros(age);
+                let mut first: Vec<Bind<'_>> = vec![("older_than_micros", &older_than)];
+                let rows = match &selection {
+                    DlqSelection::Ids(ids) => {
+                        let ids: Vec<Vec<u8>> = ids.iter().copied().map(id_bytes).collect();
+                        query_over_ids(connection, &statements.dlq_older_by_ids, &first, &ids, context)?
+                    }
+                    DlqSelection::EventType(event_type) => {
+                        first.push(("event_type", event_type));
+                        query(connection, &statements.dlq_older_by_type, &first, context)?
+                    }
+                };
+                older_events(&rows, context)
+            })
+            .await
     }
 
     async fn counts(&self) -> Result<DlqCounts> {

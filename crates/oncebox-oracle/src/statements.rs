@@ -63,6 +63,7 @@ statements! {
     dlq_lock_failed, dlq_remove_ids, dlq_copy_failed, delete_events_by_ids, dlq_lock_to_retry,
     events_insert_from_dlq, dlq_delete_resolved, dlq_get, dlq_list, dlq_count, dlq_counts,
     dlq_set_status_by_ids, dlq_set_status_by_type, dlq_delete_by_ids, dlq_delete_by_type,
+    dlq_older_by_ids, dlq_older_by_type,
     inbox_record, inbox_consumed, inbox_claim, inbox_take_over, inbox_finish, inbox_release,
     inbox_delete_older_than,
     insert_events, job_take_expired, job_insert, job_unlock,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use oncebox_core::event::{DlqCounts, DlqFilter, DlqSelection, JobLease, OutboxCounts};
+use oncebox_core::event::{DlqCounts, DlqFilter, DlqSelection, JobLease, OlderEvents, OutboxCounts};
 use oncebox_core::inbox::{distinct, in_input_order};
 use oncebox_core::{
     ClaimedBatch, Daos, DlqDao, DlqEvent, DlqStatus, Error, ErrorKind, InboxClaim, InboxDao, JobLock,
@@ -706,6 +706,39 @@ impl<Q: Queries> DlqDao for SqlxDlqDao<Q> {
         let statements = self.0.statements();
         let by = [&statements.dlq_delete_by_ids, &statements.dlq_delete_by_type];
         self.by_selection(selection, by, None, "deleting DLQ events").await
+    }
+
+    async fn older_than(&self, selection: &DlqSelection, age: Duration) -> Result<OlderEvents> {
+        let context = "aging DLQ events";
+        let statements = self.0.statements();
+        let read = |row: Option<<Q::Db as Database>::Row>| -> Result<OlderEvents> {
+            let Some(row) = row else {
+                return Ok(OlderEvents::default());
+            };
+            let read = || -> sqlx::Result<_> {
+                Ok(OlderEvents::from_aggregate(
+                    Q::Db::int(&row, "row_count")?,
+                    Q::Db::int(&row, "oldest_age_ms")?,
+                ))
+            };
+            read().map_err(|error| Q::error(context, error))
+        };
+        match selection {
+            DlqSelection::Ids(ids) => {
+                let mut older = OlderEvents::default();
+                for chunk in ids.chunks(Q::MAX_IDS.max(1)) {
+                    let params = [Param::Before(age), Param::Ids(chunk)];
+                    older = older.and(read(
+                        self.0.fetch_first(&statements.dlq_older_by_ids, &params, context).await?,
+                    )?);
+                }
+                Ok(older)
+            }
+            DlqSelection::EventType(event_type) => {
+                let params = [Param::Before(age), Param::Text(event_type)];
+                read(self.0.fetch_first(&statements.dlq_older_by_type, &params, context).await?)
+            }
+        }
     }
 
     async fn counts(&self) -> Result<DlqCounts> {

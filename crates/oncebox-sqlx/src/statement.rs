@@ -222,6 +222,10 @@ shared_statements! {
     dlq_delete_by_ids,
     /// Deletes an event type's DLQ rows.
     dlq_delete_by_type,
+    /// Counts the DLQ rows with given ids written more than an age ago, and the oldest's age.
+    dlq_older_by_ids,
+    /// Counts an event type's DLQ rows written more than an age ago, and the oldest's age.
+    dlq_older_by_type,
     /// Claims one inbox id for a non-transactional effect: one changed row when it was new.
     inbox_claim,
     /// Takes over an inbox claim whose lease ran out: one changed row when taken.

@@ -206,6 +206,13 @@ impl ConfigBuilder {
         self
     }
 
+    /// How old an event a DLQ re-drive may send back without being explicitly allowed to
+    /// (`dlq.re-drive-max-age`); see [`DlqConfig::re_drive_max_age`](super::DlqConfig::re_drive_max_age).
+    pub fn dlq_re_drive_max_age(mut self, max_age: Duration) -> Self {
+        self.outbox().dlq.get_or_insert_with(Default::default).re_drive_max_age = human(max_age);
+        self
+    }
+
     /// Turns the inbox on or off.
     pub fn inbox_enabled(mut self, enabled: bool) -> Self {
         self.inbox().enabled = Some(enabled);

@@ -34,6 +34,15 @@ pub use raw::HumanDuration;
 /// constructors that take a duration directly saturate at it.
 pub const MAX_SETTING_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
+/// The default TTL of every clean-up job (`clean-up.ttl`, `dlq.clean-up.ttl`, `inbox.clean-up.ttl`):
+/// one day. For the inbox it is how long an id is kept, so how old an event it can vouch for.
+pub const DEFAULT_CLEAN_UP_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// The default of `oncebox.outbox.dlq.re-drive-max-age`: the inbox clean-up TTL's default, so that
+/// with default settings on both sides a re-drive needs `--allow-older` (`allow_older` in the DLQ
+/// API) exactly for the events a consumer may refuse as older than the ids it keeps.
+pub const DEFAULT_RE_DRIVE_MAX_AGE: Duration = DEFAULT_CLEAN_UP_TTL;
+
 /// The most claim loops one event type may have in one engine (`concurrency`).
 pub const MAX_CONCURRENCY: u32 = 16;
 
@@ -330,6 +339,11 @@ pub struct DlqConfig {
     pub transfer_from: JobConfig,
     /// Deletion of RESOLVED rows; `None` when disabled.
     pub clean_up: Option<CleanUpConfig>,
+    /// `re-drive-max-age`: a person sending events written longer ago than this back to the
+    /// outbox (status `TO_RETRY`) must say so explicitly ([`dlq::check_re_drive`](crate::dlq::check_re_drive)):
+    /// a consumer whose inbox has forgotten their ids refuses them, or one without inbox retention
+    /// may apply them again. Default [`DEFAULT_RE_DRIVE_MAX_AGE`].
+    pub re_drive_max_age: Duration,
 }
 
 /// `metrics`.
@@ -419,6 +433,15 @@ impl Config {
                 "event type '{event_type}' is not configured under oncebox.outbox.events"
             ))
         })
+    }
+
+    /// `oncebox.outbox.dlq.re-drive-max-age`, or [`DEFAULT_RE_DRIVE_MAX_AGE`] when the DLQ is
+    /// off here (a tool working on the DLQ of a service configured elsewhere).
+    pub fn dlq_re_drive_max_age(&self) -> Duration {
+        self.outbox
+            .as_ref()
+            .and_then(|outbox| outbox.dlq.as_ref())
+            .map_or(DEFAULT_RE_DRIVE_MAX_AGE, |dlq| dlq.re_drive_max_age)
     }
 }
 

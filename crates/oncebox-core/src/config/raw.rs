@@ -271,6 +271,7 @@ pub(crate) struct RawDlq {
     pub(crate) transfer_to: Option<RawJob>,
     pub(crate) transfer_from: Option<RawJob>,
     pub(crate) clean_up: Option<RawCleanUp>,
+    pub(crate) re_drive_max_age: Option<HumanDuration>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -222,11 +222,17 @@ fn resolve_outbox(raw: &RawOutbox) -> Result<OutboxConfig> {
                 })
             };
             batch_size(shared_batch, &format!("{OUTBOX}.dlq"))?;
+            let re_drive_key = format!("{OUTBOX}.dlq.re-drive-max-age");
+            let re_drive_max_age = setting(dlq.re_drive_max_age, &re_drive_key, DEFAULT_RE_DRIVE_MAX_AGE)?;
+            if re_drive_max_age.is_zero() {
+                return Err(Error::config(re_drive_key, "must be greater than 0"));
+            }
             polling(&shared_polling, &format!("{OUTBOX}.dlq.polling"))?;
             Some(DlqConfig {
                 transfer_to: job(&dlq.transfer_to, "transfer-to")?,
                 transfer_from: job(&dlq.transfer_from, "transfer-from")?,
                 clean_up: resolve_clean_up(dlq.clean_up.as_ref(), &format!("{OUTBOX}.dlq.clean-up"))?,
+                re_drive_max_age,
             })
         }
         _ => None,
@@ -320,7 +326,7 @@ fn resolve_clean_up(raw: Option<&RawCleanUp>, path: &str) -> Result<Option<Clean
     if !raw.enabled.unwrap_or(true) {
         return Ok(None);
     }
-    let ttl = setting(raw.ttl, format!("{path}.ttl"), Duration::from_secs(24 * 3600))?;
+    let ttl = setting(raw.ttl, format!("{path}.ttl"), DEFAULT_CLEAN_UP_TTL)?;
     if ttl.is_zero() {
         return Err(Error::config(format!("{path}.ttl"), "must be greater than 0"));
     }

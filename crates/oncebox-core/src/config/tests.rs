@@ -313,6 +313,49 @@ fn dlq_jobs_inherit_from_the_dlq_block() {
 }
 
 #[test]
+fn the_re_drive_max_age_defaults_to_the_inbox_retention_and_must_be_positive() {
+    let dlq_with = |line: &str| format!("{}    dlq:\n      enabled: true\n{line}", with_event(""));
+    let config = Config::from_yaml_str(&dlq_with("")).expect("the test config is valid");
+    assert_eq!(config.dlq_re_drive_max_age(), Duration::from_secs(86_400));
+    let inbox = Config::from_yaml_str("oncebox:\n  inbox:\n    enabled: true\n").expect("valid");
+    assert_eq!(
+        inbox.inbox.and_then(|inbox| inbox.clean_up).map(|clean_up| clean_up.ttl),
+        Some(config.dlq_re_drive_max_age()),
+        "by default a re-drive is asked about exactly where a default inbox forgets ids"
+    );
+    let config = Config::from_yaml_str(&dlq_with("      re-drive-max-age: 6h\n")).expect("valid");
+    assert_eq!(
+        config.outbox.and_then(|o| o.dlq).map(|d| d.re_drive_max_age),
+        Some(Duration::from_secs(6 * 3600))
+    );
+    for wrong in ["0s", "200years", "soon"] {
+        let message = yaml_error(&dlq_with(&format!("      re-drive-max-age: {wrong}\n")));
+        assert_names(&message, "oncebox.outbox.dlq.re-drive-max-age");
+    }
+    let built = Config::builder()
+        .event("e", EventSettings::new("t"))
+        .dlq_enabled(true)
+        .dlq_re_drive_max_age(Duration::from_secs(3600))
+        .build()
+        .expect("the test config is valid");
+    assert_eq!(built.dlq_re_drive_max_age(), Duration::from_secs(3600));
+    let zero = Config::builder()
+        .event("e", EventSettings::new("t"))
+        .dlq_enabled(true)
+        .dlq_re_drive_max_age(Duration::ZERO)
+        .build();
+    let zero = zero.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(zero.contains("oncebox.outbox.dlq.re-drive-max-age: must be greater than 0"), "{zero}");
+    let toml = Config::from_toml_str(
+        "[oncebox.outbox.events.e]\ntopic = \"t\"\n[oncebox.outbox.dlq]\nenabled = true\nre-drive-max-age = \"2d\"\n",
+    )
+        .expect("valid");
+    assert_eq!(toml.dlq_re_drive_max_age(), Duration::from_secs(2 * 86_400));
+    let no_dlq = Config::from_yaml_str(&with_event("")).expect("valid");
+    assert_eq!(no_dlq.dlq_re_drive_max_age(), DEFAULT_RE_DRIVE_MAX_AGE, "a tool without the DLQ configured");
+}
+
+#[test]
 fn the_builder_validates_like_a_file() {
     let error = Config::builder()
         .event("e", EventSettings::new("t").batch_size(0))

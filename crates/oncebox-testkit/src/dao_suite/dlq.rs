@@ -10,13 +10,29 @@ async fn in_dlq<H: DaoHarness>(
     orders: usize,
     payments: usize,
 ) -> Result<Vec<OutboxEvent>, Failed> {
+    in_dlq_written(harness, dialect, orders, payments, &[]).await
+}
+
+/// [`in_dlq`], the `n`th event of `event_type` written `age` earlier for each
+/// `(event_type, n, age)` of `aged`.
+async fn in_dlq_written<H: DaoHarness>(
+    harness: &H,
+    dialect: &H::Dialect,
+    orders: usize,
+    payments: usize,
+    aged: &[(&str, usize, Duration)],
+) -> Result<Vec<OutboxEvent>, Failed> {
     let outbox = dialect.outbox_dao();
     let mut failed = Vec::new();
     for (event_type, count) in [(ORDERS, orders), (PAYMENTS, payments)] {
         if count == 0 {
             continue;
         }
-        publish(harness, dialect, &new_events(event_type, count)).await?;
+        let events = new_events(event_type, count);
+        publish(harness, dialect, &events).await?;
+        for (_, n, age) in aged.iter().filter(|(aged_type, n, _)| *aged_type == event_type && *n < count) {
+            harness.backdate(dialect, AgedTable::Events, &[events[*n].id], *age).await.map_err(fail)?;
+        }
         let batch = outbox.claim(event_type, 1000).await.map_err(fail)?;
         let settlements: Vec<Settlement> = batch
             .events
@@ -31,6 +47,25 @@ async fn in_dlq<H: DaoHarness>(
     let moved = dialect.dlq_dao().transfer_to_dlq(1000).await.map_err(fail)?;
     assert_eq!(moved.len(), failed.len(), "every FAILED row moves to the DLQ");
     Ok(failed)
+}
+
+/// Checks that `count` rows of `selection` were written more than `age` ago, the oldest `oldest`
+/// ago. The age is read on the database's clock; a case may take up to a minute to get there.
+async fn assert_older(
+    dlq: &dyn oncebox_core::DlqDao,
+    selection: &DlqSelection,
+    age: Duration,
+    count: u64,
+    oldest: Duration,
+) -> TestResult {
+    let older = dlq.older_than(selection, age).await.map_err(fail)?;
+    assert_eq!(older.count, count, "{selection:?} older than {age:?}: {older:?}");
+    let found = older.oldest_age.unwrap_or_default();
+    assert!(
+        found >= oldest && found < oldest + Duration::from_secs(60),
+        "oldest {found:?}, expected {oldest:?}"
+    );
+    Ok(())
 }
 
 dao_cases! {
@@ -228,6 +263,54 @@ dao_cases! {
             ]
         );
         Ok(())
+    }
+
+    async fn dlq_older_than_counts_the_selected_rows_written_before_an_age(harness, dialect) {
+        // Orders 0 and 1 were written 2 h and 3 h ago, order 2 and the payments just now; the
+        // move to the DLQ keeps created_at.
+        let three_hours = TWO_HOURS + HOUR;
+        let aged = [(ORDERS, 0, TWO_HOURS), (ORDERS, 1, three_hours)];
+        let failed = in_dlq_written(harness, dialect, 3, 2, &aged).await?;
+        let dlq = dialect.dlq_dao();
+        // In publishing order (the ids ascend), not in the order the older rows were claimed.
+        let of_type = |wanted: &str| -> Vec<Uuid> {
+            let mut ids: Vec<Uuid> = failed.iter().filter(|e| e.event_type == wanted).map(|e| e.id).collect();
+            ids.sort();
+            ids
+        };
+        let (orders, payments) = (of_type(ORDERS), of_type(PAYMENTS));
+        let all = DlqSelection::Ids(failed.iter().map(|e| e.id).collect());
+        let by_type = |event_type: &str| DlqSelection::EventType(event_type.to_owned());
+
+        assert_older(&*dlq, &all, HOUR, 2, three_hours).await?;
+        assert_older(&*dlq, &all, TWO_HOURS + HOUR / 2, 1, three_hours).await?;
+        assert_older(&*dlq, &DlqSelection::Ids(vec![orders[0], orders[2]]), HOUR, 1, TWO_HOURS).await?;
+        assert_older(&*dlq, &by_type(ORDERS), HOUR, 2, three_hours).await?;
+
+        let none = OlderEvents::default();
+        let empty = [
+            (DlqSelection::Ids(Vec::new()), HOUR),
+            (DlqSelection::Ids(vec![Uuid::now_v7()]), HOUR),
+            (DlqSelection::Ids(payments), HOUR),
+            (by_type(PAYMENTS), HOUR),
+            (by_type("no-such-type"), HOUR),
+            (by_type(ORDERS), three_hours + HOUR),
+        ];
+        for (selection, age) in empty {
+            let older = dlq.older_than(&selection, age).await.map_err(fail)?;
+            assert_eq!(older, none, "{selection:?} older than {age:?}");
+        }
+
+        // A long id list is read in chunks: the old rows at either end are both found.
+        let mut ids: Vec<Uuid> = (0..5_000).map(|_| Uuid::now_v7()).collect();
+        ids[0] = orders[0];
+        ids[4_999] = orders[1];
+        assert_older(&*dlq, &DlqSelection::Ids(ids), HOUR, 2, three_hours).await?;
+
+        // Whatever their DLQ status, save IN_PROCESS (which only the transfer job's transaction
+        // sees): a re-drive by type changes a RESOLVED row too.
+        dlq.set_status(&DlqSelection::Ids(vec![orders[0]]), DlqStatus::Resolved).await.map_err(fail)?;
+        assert_older(&*dlq, &by_type(ORDERS), HOUR, 2, three_hours).await
     }
 
     async fn dlq_clean_up_deletes_only_old_resolved_rows(harness, dialect) {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use futures::FutureExt;
 use libtest_mimic::Failed;
-use oncebox_core::event::{DlqFilter, DlqSelection, JobLease};
+use oncebox_core::event::{DlqFilter, DlqSelection, JobLease, OlderEvents};
 use oncebox_core::{
     ClaimedBatch, Dialect, DlqStatus, ErrorKind, EventStatus, Headers, InboxClaim, NewOutboxEvent, OutboxDao,
     OutboxEvent, SchemaPlan, Settlement,
