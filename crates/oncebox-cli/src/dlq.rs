@@ -1,7 +1,9 @@
 //! `oncebox dlq …`: the REST API's operations from a shell, with its rules (`oncebox_core::dlq`).
 
-use oncebox_core::dlq::{self, OneChange};
-use oncebox_core::{DlqDao, DlqEvent, DlqFilter, DlqSelection, DlqStatus};
+use std::time::Duration;
+
+use oncebox_core::dlq::{self, OneChange, ReDrive};
+use oncebox_core::{Config, DlqDao, DlqEvent, DlqFilter, DlqSelection, DlqStatus};
 use serde_json::{Value, json};
 
 use crate::text::{instant, short, table};
@@ -27,15 +29,20 @@ pub(crate) async fn run(command: DlqCommand) -> Result<(), Failure> {
             }
             Ok(())
         }
-        DlqCommand::Retry(selected) => change(selected, Some(DlqStatus::ToRetry), "retried").await,
-        DlqCommand::Resolve(selected) => change(selected, Some(DlqStatus::Resolved), "resolved").await,
+        DlqCommand::Retry { selected, allow_older, re_drive_max_age } => {
+            let re_drive = ReDriveFlags { allow_older, max_age: re_drive_max_age };
+            change(selected, Some(DlqStatus::ToRetry), "retried", re_drive).await
+        }
+        DlqCommand::Resolve(selected) => {
+            change(selected, Some(DlqStatus::Resolved), "resolved", ReDriveFlags::default()).await
+        }
         DlqCommand::Delete { selected, yes } => {
             if !yes {
                 return Err(Failure::usage(
                     "a delete cannot be undone: add --yes to delete (retry or resolve keep the event)",
                 ));
             }
-            change(selected, None, "deleted").await
+            change(selected, None, "deleted", ReDriveFlags::default()).await
         }
     }
 }
@@ -123,17 +130,46 @@ fn show(dead: &DlqEvent) -> String {
     format!("{fields}\npayload:\n{payload}")
 }
 
+/// What `retry` was told about old events: `--allow-older`, and `--re-drive-max-age` when given.
+#[derive(Debug, Clone, Copy, Default)]
+struct ReDriveFlags {
+    allow_older: bool,
+    max_age: Option<Duration>,
+}
+
+impl ReDriveFlags {
+    /// The rule in force: `--re-drive-max-age`, else `oncebox.outbox.dlq.re-drive-max-age` of the
+    /// config file, else its default.
+    fn rule(self, config: Option<&Config>) -> ReDrive {
+        let max_age = self.max_age.unwrap_or_else(|| {
+            config.map_or(oncebox_core::config::DEFAULT_RE_DRIVE_MAX_AGE, Config::dlq_re_drive_max_age)
+        });
+        ReDrive { max_age, allow_older: self.allow_older }
+    }
+}
+
 /// Sets `status` on the selected events, or deletes them when it is `None`; `done` names the
-/// change in what is printed.
-async fn change(selected: Selected, status: Option<DlqStatus>, done: &str) -> Result<(), Failure> {
+/// change in what is printed. A re-drive of events older than the re-drive max age is refused
+/// before anything changes unless `re_drive` allows older events.
+async fn change(
+    selected: Selected,
+    status: Option<DlqStatus>,
+    done: &str,
+    re_drive: ReDriveFlags,
+) -> Result<(), Failure> {
     let Selected { target, ids, event_type } = selected;
     let ids = (!ids.is_empty()).then_some(ids);
     let selection = dlq::selection(ids, event_type)?;
     if let Some(status) = status {
         dlq::settable(status)?;
     }
-    let (_, tables) = target.resolve()?;
+    let (config, tables) = target.resolve()?;
     let dao = target.connect(&tables).await?.dlq();
+    if let Some(status) = status {
+        dlq::check_re_drive(dao.as_ref(), &selection, status, re_drive.rule(config.as_ref()))
+            .await?
+            .map_err(|too_old| Failure::usage(too_old.explain("--allow-older")))?;
+    }
     match selection {
         DlqSelection::EventType(event_type) => {
             let selection = DlqSelection::EventType(event_type.clone());

@@ -10,6 +10,9 @@
 //! oncebox dlq list --status MOVED --event-type order-created
 //! oncebox dlq show 01a2482a-62e6-7251-a460-b28c9ce48829
 //! oncebox dlq retry --event-type order-created
+//! # an event written more than oncebox.outbox.dlq.re-drive-max-age ago (default 24h) is re-driven
+//! # only when asked for explicitly: consumers may refuse it as too old, or apply it again
+//! oncebox dlq retry 01a2482a-62e6-7251-a460-b28c9ce48829 --allow-older
 //! oncebox dlq delete 01a2482a-62e6-7251-a460-b28c9ce48829 --yes
 //! # reject a bad config before a rollout: exit status 2 and the key that is wrong
 //! oncebox check-config config/oncebox.yaml
@@ -28,6 +31,7 @@ mod text;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use oncebox_core::{Config, DlqStatus, Error, ErrorKind, TableNames};
@@ -105,7 +109,21 @@ enum DlqCommand {
         json: bool,
     },
     /// Send events back to the outbox: the service's transfer job moves them as PENDING.
-    Retry(Selected),
+    ///
+    /// Events written longer ago than the re-drive max age are re-driven only with
+    /// `--allow-older`: a consumer whose inbox no longer keeps their ids refuses them as too old,
+    /// and one without inbox retention may apply them a second time.
+    Retry {
+        #[command(flatten)]
+        selected: Selected,
+        /// Re-drive events written longer ago than the re-drive max age too.
+        #[arg(long)]
+        allow_older: bool,
+        /// The re-drive max age (e.g. `12h`, `2d`); wins over `oncebox.outbox.dlq.re-drive-max-age`
+        /// of `--config`. Default: the config file's, else 24h.
+        #[arg(long, value_parser = positive_duration)]
+        re_drive_max_age: Option<Duration>,
+    },
     /// Mark events handled: the DLQ clean-up deletes them after its TTL.
     Resolve(Selected),
     /// Delete events now (asks for `--yes`).
@@ -131,14 +149,26 @@ struct Selected {
     event_type: Option<String>,
 }
 
+/// A duration such as `12h` or `2d`, greater than 0.
+fn positive_duration(text: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(text.trim()) {
+        Ok(duration) if duration.is_zero() => Err("must be greater than 0".to_owned()),
+        Ok(duration) if duration > oncebox_core::config::MAX_SETTING_DURATION => {
+            Err("is longer than the 100 years any duration may be".to_owned())
+        }
+        Ok(duration) => Ok(duration),
+        Err(error) => Err(format!("'{text}' is not a duration such as 12h or 2d: {error}")),
+    }
+}
+
 /// The database and tables a command works on.
 #[derive(Debug, Args)]
 struct Target {
     /// `postgres://…`, `mysql://…` (or `mariadb://…`) or `sqlite:…`.
     #[arg(long, env = "ONCEBOX_DATABASE_URL", hide_env_values = true)]
     database_url: String,
-    /// A config file: its `oncebox.tables` names the tables, and `migrate` creates only the tables
-    /// its sections use.
+    /// A config file: its `oncebox.tables` names the tables, `migrate` creates only the tables
+    /// its sections use, and `dlq retry` reads its `oncebox.outbox.dlq.re-drive-max-age`.
     #[arg(long)]
     config: Option<PathBuf>,
     /// A prefix before every table name (default none: `outbox_events`, …); wins over the config

@@ -149,6 +149,18 @@ impl Scope {
         .map_err(fail)
     }
 
+    /// Moves the write time (`created_at`) of every DLQ row of `event_type` two days back.
+    async fn written_two_days_earlier(&self, event_type: &str) -> TestResult {
+        let sql = match self.database().await? {
+            Database::Sqlite(_) => {
+                "UPDATE {dlq} SET created_at = strftime('%Y-%m-%dT%H:%M:%fZ', created_at, '-2 days')"
+            }
+            Database::Postgres(_) => "UPDATE {dlq} SET created_at = created_at - INTERVAL '2 days'",
+            Database::MySql(_) => "UPDATE {dlq} SET created_at = created_at - INTERVAL 2 DAY",
+        };
+        self.execute(&format!("{sql} WHERE event_type = '{event_type}'")).await
+    }
+
     /// The DLQ status of event `id`, `None` when it is not in the DLQ.
     async fn dlq_status(&self, id: Uuid) -> Result<Option<DlqStatus>, Failed> {
         let event = self.database().await?.dlq().get(id).await.map_err(fail)?;
@@ -182,6 +194,7 @@ in_scope! {
     migrate_adds_the_recoveries_column_to_an_old_table => migrate_adds_the_recoveries_column_to_an_old_table_in,
     migrate_with_a_config_creates_only_what_its_sections_use => migrate_with_a_config_creates_only_what_its_sections_use_in,
     dlq_commands_list_show_and_change_events_with_the_apis_rules => dlq_commands_list_show_and_change_events_with_the_apis_rules_in,
+    dlq_retry_of_events_older_than_the_re_drive_max_age_needs_allow_older => dlq_retry_of_events_older_than_the_re_drive_max_age_needs_allow_older_in,
 }
 
 fn lines_with(text: &str, needle: &str) -> usize {
@@ -330,6 +343,70 @@ async fn dlq_commands_list_show_and_change_events_with_the_apis_rules_in(scope: 
     Ok(())
 }
 
+async fn dlq_retry_of_events_older_than_the_re_drive_max_age_needs_allow_older_in(
+    scope: &Scope,
+) -> TestResult {
+    scope.run(&["migrate"]).await?.ok()?;
+    let old = scope.publish("old-orders", 3).await?;
+    let young = scope.publish("new-orders", 1).await?;
+    scope.fail_into_dlq(&["old-orders", "new-orders"]).await?;
+    scope.written_two_days_earlier("old-orders").await?;
+    let id = |id: Uuid| id.to_string();
+
+    // Refused before anything changes, the young event of the selection included.
+    let refused = scope.run(&["dlq", "retry", &id(old[0]), &id(young[0])]).await?;
+    for says in ["oncebox.outbox.dlq.re-drive-max-age", "the oldest 2days", "pass --allow-older"] {
+        assert!(refused.stderr.contains(says), "'{says}' missing from: {}", refused.stderr);
+    }
+    refused.refused(2, "1 of the selected events was written more than 1day ago")?;
+    for event in [old[0], young[0]] {
+        assert_eq!(
+            scope.dlq_status(event).await?,
+            Some(DlqStatus::Moved),
+            "a refused re-drive changed {event}"
+        );
+    }
+    let by_type = scope.run(&["dlq", "retry", "--event-type", "old-orders"]).await?;
+    by_type.refused(2, "3 of the selected events were written more than 1day ago")?;
+
+    // A young event is re-driven; other changes of old ones are not asked about.
+    scope.run(&["dlq", "retry", &id(young[0])]).await?.ok()?;
+    scope.run(&["dlq", "resolve", &id(old[0])]).await?.ok()?;
+    assert_eq!(scope.dlq_status(old[0]).await?, Some(DlqStatus::Resolved));
+    // Asked for explicitly, an old event is re-driven.
+    scope.run(&["dlq", "retry", &id(old[0]), "--allow-older"]).await?.ok()?;
+
+    // The max age of the service's config file; --re-drive-max-age wins over it.
+    let file = std::env::temp_dir().join(format!("oncebox-cli-{}.yaml", Uuid::now_v7()));
+    let text = "oncebox:\n  outbox:\n    events:\n      old-orders:\n        topic: orders\n    dlq:\n      \
+                enabled: true\n      re-drive-max-age: 3d\n";
+    std::fs::write(&file, text).map_err(fail)?;
+    let config = file.to_string_lossy().into_owned();
+    let with_config = scope.run(&["dlq", "retry", &id(old[1]), "--config", &config]).await;
+    let overridden =
+        scope.run(&["dlq", "retry", &id(old[2]), "--config", &config, "--re-drive-max-age", "36h"]).await;
+    let _ = std::fs::remove_file(&file);
+    with_config?.ok()?;
+    overridden?.refused(2, "written more than 1day 12h ago")?;
+    scope
+        .run(&["dlq", "retry", &id(old[2]), "--re-drive-max-age", "0s"])
+        .await?
+        .refused(2, "must be greater than 0")?;
+    scope
+        .run(&["dlq", "retry", &id(old[2]), "--re-drive-max-age", "soon"])
+        .await?
+        .refused(2, "'soon' is not a duration")?;
+    scope.run(&["dlq", "retry", &id(old[2]), "--re-drive-max-age", "3d"]).await?.ok()?;
+
+    let moved_back = scope.database().await?.dlq().transfer_from_dlq(100).await.map_err(fail)?;
+    assert_eq!(moved_back, 4, "every event re-driven in the end");
+    for event in old.iter().chain(&young) {
+        let row = scope.database().await?.outbox().get(*event).await.map_err(fail)?;
+        assert_eq!(row.map(|row| row.status), Some(EventStatus::Pending), "{event}");
+    }
+    Ok(())
+}
+
 async fn secrets_and_unknown_databases_are_named_without_the_password(_: Arc<Backend>) -> TestResult {
     let refused =
         oncebox(&["status", "--database-url", "postgres://app:hunter2-secret@127.0.0.1:1/app"]).await?;
@@ -443,6 +520,10 @@ fn main() -> ExitCode {
             case!(
                 "dlq_commands_list_show_and_change_events_with_the_apis_rules",
                 dlq_commands_list_show_and_change_events_with_the_apis_rules
+            ),
+            case!(
+                "dlq_retry_of_events_older_than_the_re_drive_max_age_needs_allow_older",
+                dlq_retry_of_events_older_than_the_re_drive_max_age_needs_allow_older
             ),
         ]
     };

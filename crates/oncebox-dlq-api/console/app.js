@@ -15,7 +15,8 @@ function showError(message) {
   $('error').hidden = !message;
 }
 
-// Calls the API; an error answer (a problem document) becomes an Error with its status and detail.
+// Calls the API; an error answer (a problem document) becomes an Error with its status and detail,
+// the document itself in its `problem`.
 async function call(method, path, body) {
   const options = { method, headers: { Authorization: `Bearer ${token()}` } };
   if (body !== undefined) {
@@ -25,11 +26,14 @@ async function call(method, path, body) {
   const response = await fetch(new URL(path, document.baseURI), options);
   if (!response.ok) {
     let detail = response.statusText;
+    let problem = null;
     try {
-      const problem = await response.json();
+      problem = await response.json();
       detail = `${problem.title}: ${problem.detail}` + (problem.request_id ? ` (request ${problem.request_id})` : '');
     } catch (_) { /* not a problem document */ }
-    throw new Error(`${response.status} ${detail}`);
+    const error = new Error(`${response.status} ${detail}`);
+    error.problem = problem;
+    throw error;
   }
   return response.status === 204 ? null : response.json();
 }
@@ -150,11 +154,23 @@ async function act(run) {
   await load();
 }
 
+// Sends a status change; a re-drive the API refuses as too old (events written before the
+// re-drive max age) is sent again with allow_older only if the operator confirms it.
+async function change(method, path, body) {
+  try {
+    return await call(method, path, body);
+  } catch (error) {
+    if (error.problem?.type !== 'urn:oncebox:dlq:too-old') throw error;
+    if (!window.confirm(`${error.problem.detail}\n\nRe-drive anyway?`)) throw error;
+    return call(method, path, { ...body, allow_older: true });
+  }
+}
+
 function changeOne(status) {
   const id = state.openId;
   // The detail closes: a retried event may leave the DLQ at any moment.
   act(async () => {
-    await call('PATCH', `events/${encodeURIComponent(id)}`, { status });
+    await change('PATCH', `events/${encodeURIComponent(id)}`, { status });
     closeDetail();
   });
 }
@@ -170,7 +186,7 @@ function deleteOne() {
 
 function changeSelected(status) {
   const ids = [...state.selected];
-  act(() => call('POST', 'events/status', { ids, status }));
+  act(() => change('POST', 'events/status', { ids, status }));
 }
 
 function deleteSelected() {

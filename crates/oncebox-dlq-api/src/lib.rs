@@ -17,9 +17,9 @@
 //! | `GET /events?status=&event_type=&offset=&limit=` | read | a page of events, payloads cut after 1 KiB |
 //! | `GET /events/count?status=&event_type=` | read | `{"count": n}` |
 //! | `GET /events/{id}` | read | one event with its whole payload, or 404 |
-//! | `PATCH /events/{id}` `{"status": "TO_RETRY"}` | operator | 204, 404, or 409 while `IN_PROCESS` |
+//! | `PATCH /events/{id}` `{"status": "TO_RETRY"}` | operator | 204, 404, or 409 while `IN_PROCESS` or [too old](#re-driving-old-events) |
 //! | `DELETE /events/{id}` | operator | 204, 404, or 409 while `IN_PROCESS` |
-//! | `POST /events/status` `{"ids"\|"event_type", "status"}` | operator | `{"updated": n}` |
+//! | `POST /events/status` `{"ids"\|"event_type", "status"}` | operator | `{"updated": n}`, or 409 when [too old](#re-driving-old-events) |
 //! | `POST /events/delete` `{"ids"\|"event_type"}` | operator | `{"deleted": n}` |
 //! | `GET /counts` | read | `[{"event_type", "status", "count"}]` |
 //! | `GET /openapi.json` | anyone | the OpenAPI 3.1 document of the routes above |
@@ -34,13 +34,27 @@
 //!     ApiToken::new("on-call", std::env::var("DLQ_OPERATOR_TOKEN")?, Role::Operator)?,
 //!     ApiToken::new("dashboard", std::env::var("DLQ_READER_TOKEN")?, Role::ReadOnly)?,
 //! ])?;
-//! let dlq = DlqApi::with_tokens(dialect.dlq_dao(), tokens).mounted_at("/oncebox/dlq");
+//! let dlq = DlqApi::with_tokens(dialect.dlq_dao(), tokens)
+//!     // oncebox.outbox.dlq.re-drive-max-age of the service's config (with the facade:
+//!     // `oncebox.config().dlq_re_drive_max_age()`).
+//!     .re_drive_max_age(std::time::Duration::from_secs(24 * 3600))
+//!     .mounted_at("/oncebox/dlq");
 //! let app = axum::Router::new().nest("/oncebox/dlq", dlq.router());
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
 //! axum::serve(listener, app).await?;
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Re-driving old events
+//!
+//! A change to `TO_RETRY` of events written longer ago than the re-drive max age
+//! ([`re_drive_max_age`](DlqApi::re_drive_max_age), `oncebox.outbox.dlq.re-drive-max-age`,
+//! default 24 h) is refused with 409 (`urn:oncebox:dlq:too-old`, naming how many selected events
+//! are older and the oldest age) unless the body says `"allow_older": true`: a consumer whose
+//! inbox has forgotten their ids refuses such events as too old, and one without inbox retention
+//! may apply them a second time. The rule is [`oncebox_core::dlq::check_re_drive`], shared with
+//! the command line.
 
 mod auth;
 mod console;
@@ -48,6 +62,7 @@ mod problem;
 mod routes;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -55,6 +70,7 @@ use axum::http::{HeaderValue, header};
 use axum::middleware;
 use axum::response::IntoResponse;
 use axum::routing::get;
+use oncebox_core::config::DEFAULT_RE_DRIVE_MAX_AGE;
 use oncebox_core::{DlqDao, NoMetrics, OutboxMetrics};
 use utoipa::OpenApi;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
@@ -83,6 +99,7 @@ pub struct DlqApi {
     metrics: Arc<dyn OutboxMetrics>,
     access: Access,
     mounted_at: Option<String>,
+    re_drive_max_age: Duration,
 }
 
 impl std::fmt::Debug for DlqApi {
@@ -91,13 +108,23 @@ impl std::fmt::Debug for DlqApi {
             Access::Checked(_) => "checked",
             Access::Open => "unauthenticated",
         };
-        f.debug_struct("DlqApi").field("access", &access).field("mounted_at", &self.mounted_at).finish()
+        f.debug_struct("DlqApi")
+            .field("access", &access)
+            .field("mounted_at", &self.mounted_at)
+            .field("re_drive_max_age", &self.re_drive_max_age)
+            .finish()
     }
 }
 
 impl DlqApi {
     fn build(dlq: Arc<dyn DlqDao>, access: Access) -> Self {
-        Self { dlq, metrics: Arc::new(NoMetrics), access, mounted_at: None }
+        Self {
+            dlq,
+            metrics: Arc::new(NoMetrics),
+            access,
+            mounted_at: None,
+            re_drive_max_age: DEFAULT_RE_DRIVE_MAX_AGE,
+        }
     }
 
     /// Callers send `Authorization: Bearer <secret>` of one of `tokens`.
@@ -122,6 +149,15 @@ impl DlqApi {
     /// (e.g. `oncebox.metrics()` of the facade).
     pub fn metrics(mut self, metrics: Arc<dyn OutboxMetrics>) -> Self {
         self.metrics = metrics;
+        self
+    }
+
+    /// How old an event a change to `TO_RETRY` may send back to the outbox unless the request
+    /// says `"allow_older": true`: `oncebox.outbox.dlq.re-drive-max-age` of the configuration the
+    /// service runs with (`config.dlq_re_drive_max_age()`). Default 24 h, the default of
+    /// `oncebox.inbox.clean-up.ttl`. See [Re-driving old events](crate#re-driving-old-events).
+    pub fn re_drive_max_age(mut self, max_age: Duration) -> Self {
+        self.re_drive_max_age = max_age;
         self
     }
 
@@ -171,7 +207,7 @@ impl DlqApi {
         }
         let (routes, document) = self.parts();
         let document = Arc::new(document.to_pretty_json().unwrap_or_default());
-        let api = Api { dlq: self.dlq, metrics: self.metrics };
+        let api = Api { dlq: self.dlq, metrics: self.metrics, re_drive_max_age: self.re_drive_max_age };
         routes
             .route_layer(middleware::from_fn_with_state(self.access, auth::require))
             .with_state(api)

@@ -4,6 +4,7 @@ use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use oncebox_core::dlq::TooOldToReDrive;
 use oncebox_core::{Error, ErrorKind};
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -64,6 +65,16 @@ impl Problem {
             StatusCode::CONFLICT,
             "in-process",
             format!("DLQ event {id} is IN_PROCESS (being moved back to the outbox): try again shortly"),
+        )
+    }
+
+    /// 409: a re-drive selects events older than the re-drive max age, and the request did not
+    /// allow older events.
+    pub(crate) fn too_old(too_old: &TooOldToReDrive) -> Self {
+        Self::new(
+            StatusCode::CONFLICT,
+            "too-old",
+            too_old.explain("\"allow_older\": true in the request body"),
         )
     }
 

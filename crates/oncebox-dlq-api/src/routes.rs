@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
@@ -10,7 +11,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::{Extension, response::IntoResponse};
 use chrono::{DateTime, Utc};
-use oncebox_core::dlq::{self, OneChange};
+use oncebox_core::dlq::{self, OneChange, ReDrive};
 use oncebox_core::event::{DlqEvent, DlqFilter, DlqSelection, DlqStatus};
 use oncebox_core::hooks::DlqManualAction;
 use oncebox_core::{DlqDao, OutboxMetrics};
@@ -22,14 +23,29 @@ use crate::MAX_LISTED_PAYLOAD;
 use crate::auth::Principal;
 use crate::problem::Problem;
 
-/// The handlers' state: the DLQ, and where manual changes are counted.
+/// The handlers' state: the DLQ, where manual changes are counted, and the re-drive max age.
 #[derive(Clone)]
 pub(crate) struct Api {
     pub(crate) dlq: Arc<dyn DlqDao>,
     pub(crate) metrics: Arc<dyn OutboxMetrics>,
+    pub(crate) re_drive_max_age: Duration,
 }
 
 impl Api {
+    /// Refuses (409) a re-drive of `selection` that takes events older than the re-drive max age
+    /// when `allow_older` is not set; any other change goes ahead.
+    async fn check_re_drive(
+        &self,
+        selection: &DlqSelection,
+        status: DlqStatus,
+        allow_older: bool,
+    ) -> Result<(), Problem> {
+        let re_drive = ReDrive { max_age: self.re_drive_max_age, allow_older };
+        dlq::check_re_drive(self.dlq.as_ref(), selection, status, re_drive)
+            .await?
+            .map_err(|too_old| Problem::too_old(&too_old))
+    }
+
     /// The answer to a change of event `id`, counted and logged when it was made.
     fn one_changed(
         &self,
@@ -342,6 +358,11 @@ pub(crate) async fn get_one(
 #[serde(deny_unknown_fields)]
 pub(crate) struct StatusChange {
     status: NewStatus,
+    /// Re-drive (`TO_RETRY`) the event even if it was written longer ago than the re-drive max
+    /// age (`oncebox.outbox.dlq.re-drive-max-age`); without it such a re-drive is refused with 409.
+    /// Read only with `TO_RETRY`.
+    #[serde(default)]
+    allow_older: bool,
 }
 
 fn body<T>(body: Result<Json<T>, JsonRejection>) -> Result<T, Problem> {
@@ -358,7 +379,7 @@ fn body<T>(body: Result<Json<T>, JsonRejection>) -> Result<T, Problem> {
         (status = 204, description = "changed"),
         (status = 400, description = "the id or the status is wrong", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "no DLQ event has this id", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "the event is IN_PROCESS", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "the event is IN_PROCESS, or a re-drive of an event older than the re-drive max age without allow_older", body = Problem, content_type = "application/problem+json"),
         ApiFailures,
         WriteRefusals,
         BodyRefusals,
@@ -371,7 +392,9 @@ pub(crate) async fn patch_one(
     request: Result<Json<StatusChange>, JsonRejection>,
 ) -> Result<StatusCode, Problem> {
     let id = event_id(id)?;
-    let (status, action) = body(request)?.status.change();
+    let StatusChange { status, allow_older } = body(request)?;
+    let (status, action) = status.change();
+    api.check_re_drive(&DlqSelection::Ids(vec![id]), status, allow_older).await?;
     let outcome = dlq::set_one_status(api.dlq.as_ref(), id, status).await?;
     api.one_changed(&by, action, id, outcome)
 }
@@ -468,6 +491,10 @@ pub(crate) struct IdsToStatus {
     #[schema(min_items = 1, max_items = 1000)]
     ids: Vec<Uuid>,
     status: NewStatus,
+    /// Re-drive (`TO_RETRY`) events written longer ago than the re-drive max age too; without it
+    /// such a re-drive is refused with 409. Read only with `TO_RETRY`.
+    #[serde(default)]
+    allow_older: bool,
 }
 
 /// A new status for every event of one type.
@@ -479,6 +506,10 @@ pub(crate) struct TypeToStatus {
     #[schema(min_length = 1, max_length = 255, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]+$")]
     event_type: String,
     status: NewStatus,
+    /// Re-drive (`TO_RETRY`) events written longer ago than the re-drive max age too; without it
+    /// such a re-drive is refused with 409. Read only with `TO_RETRY`.
+    #[serde(default)]
+    allow_older: bool,
 }
 
 /// A new status for events chosen by ids or by type.
@@ -490,6 +521,9 @@ pub(crate) struct BatchStatusChange {
     /// Every event of this type.
     event_type: Option<String>,
     status: NewStatus,
+    /// Re-drive events older than the re-drive max age too.
+    #[serde(default)]
+    allow_older: bool,
 }
 
 /// How many events a batch change touched (`IN_PROCESS` events and unknown ids are left out).
@@ -511,6 +545,7 @@ pub(crate) struct Deleted {
     responses(
         (status = 200, description = "the number of events changed", body = Updated),
         (status = 400, description = "the selection or the status is wrong", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "a re-drive of events older than the re-drive max age without allow_older; nothing was changed", body = Problem, content_type = "application/problem+json"),
         ApiFailures,
         WriteRefusals,
         BodyRefusals,
@@ -521,9 +556,10 @@ pub(crate) async fn set_status(
     Extension(by): Extension<Principal>,
     request: Result<Json<BatchStatusChange>, JsonRejection>,
 ) -> Answer<Updated> {
-    let BatchStatusChange { ids, event_type, status } = body(request)?;
+    let BatchStatusChange { ids, event_type, status, allow_older } = body(request)?;
     let (status, action) = status.change();
     let selection = Selection { ids, event_type }.selection()?;
+    api.check_re_drive(&selection, status, allow_older).await?;
     let updated = api.dlq.set_status(&selection, status).await?;
     api.record(&by, action, &selection, updated);
     Ok(Json(Updated { updated }))

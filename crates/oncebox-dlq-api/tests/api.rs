@@ -382,6 +382,113 @@ async fn one_event_changes_status_and_an_absent_or_busy_one_is_named() -> TestRe
 }
 
 #[tokio::test]
+async fn a_re_drive_of_events_older_than_the_max_age_needs_allow_older() -> TestResult {
+    let (fx, ids) = fixture(&[("order-created", 3)]).await?;
+    // Events 0 and 2 were written two days ago: past the default re-drive max age of 24 h.
+    for old in [ids[0], ids[2]] {
+        sqlx::query(
+            "UPDATE outbox_dlq_events SET created_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-2 days') WHERE id = ?",
+        )
+        .bind(old.to_string())
+        .execute(fx.dialect.pool())
+        .await?;
+    }
+    let to_retry = || async {
+        let (_, count) = call(&fx.app, Method::GET, "/events/count?status=TO_RETRY", None).await?;
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(count["count"].clone())
+    };
+
+    let refused = [
+        (
+            Method::POST,
+            "/events/status".to_owned(),
+            json!({ "ids": [ids[0], ids[1]], "status": "TO_RETRY" }),
+            1,
+        ),
+        (
+            Method::POST,
+            "/events/status".to_owned(),
+            json!({ "event_type": "order-created", "status": "TO_RETRY" }),
+            2,
+        ),
+        (
+            Method::PATCH,
+            format!("/events/{}", ids[0]),
+            json!({ "status": "TO_RETRY", "allow_older": false }),
+            1,
+        ),
+    ];
+    for (method, uri, body, older) in refused {
+        let (status, problem) = call(&fx.app, method.clone(), &uri, Some(body.clone())).await?;
+        assert_eq!(status, StatusCode::CONFLICT, "{method} {uri} {body}: {problem}");
+        assert_eq!(problem["type"], "urn:oncebox:dlq:too-old");
+        let detail = problem["detail"].as_str().unwrap_or_default();
+        let were = if older == 1 { "was" } else { "were" };
+        for says in [
+            format!("{older} of the selected events {were} written more than 1day ago"),
+            "oncebox.outbox.dlq.re-drive-max-age".to_owned(),
+            "the oldest 2days".to_owned(),
+            "\"allow_older\": true".to_owned(),
+        ] {
+            assert!(detail.contains(&says), "'{says}' missing from: {detail}");
+        }
+        assert_eq!(to_retry().await?, 0, "a refused re-drive changed rows");
+    }
+
+    // A young event is re-driven; other changes of old ones are not asked about.
+    let young = format!("/events/{}", ids[1]);
+    assert_eq!(
+        call(&fx.app, Method::PATCH, &young, Some(json!({ "status": "TO_RETRY" }))).await?.0,
+        StatusCode::NO_CONTENT
+    );
+    let resolve = json!({ "ids": [ids[0]], "status": "RESOLVED" });
+    assert_eq!(call(&fx.app, Method::POST, "/events/status", Some(resolve)).await?.1["updated"], 1);
+    let (status, error) =
+        call(&fx.app, Method::PATCH, &young, Some(json!({ "status": "TO_RETRY", "allow_older": "yes" })))
+            .await?;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{error}");
+
+    // Allowed explicitly, old events are re-driven, one by one or in a batch.
+    let allowed = json!({ "status": "TO_RETRY", "allow_older": true });
+    let one = call(&fx.app, Method::PATCH, &format!("/events/{}", ids[2]), Some(allowed)).await?;
+    assert_eq!(one.0, StatusCode::NO_CONTENT, "{}", one.1);
+    let batch = json!({ "ids": [ids[0]], "status": "TO_RETRY", "allow_older": true });
+    assert_eq!(call(&fx.app, Method::POST, "/events/status", Some(batch)).await?.1["updated"], 1);
+    assert_eq!(to_retry().await?, 3);
+    assert_eq!(fx.dialect.dlq_dao().transfer_from_dlq(100).await?, 3);
+    for id in &ids {
+        let row = fx.dialect.outbox_dao().get(*id).await?.ok_or("a re-driven event is not in the outbox")?;
+        assert_eq!(row.status, EventStatus::Pending);
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_re_drive_max_age_comes_from_the_services_config() -> TestResult {
+    let (fx, ids) = fixture(&[("order-created", 2)]).await?;
+    sqlx::query("UPDATE outbox_dlq_events SET created_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-2 days')")
+        .execute(fx.dialect.pool())
+        .await?;
+    let config = oncebox_core::Config::from_yaml_str(
+        "oncebox:\n  outbox:\n    events:\n      order-created:\n        topic: orders\n    dlq:\n      enabled: true\n      re-drive-max-age: 3d\n",
+    )?;
+    let app = DlqApi::with_tokens(fx.dialect.dlq_dao(), tokens()?)
+        .re_drive_max_age(config.dlq_re_drive_max_age())
+        .router();
+    let by_type = json!({ "event_type": "order-created", "status": "TO_RETRY" });
+    let (status, answer) = call(&app, Method::POST, "/events/status", Some(by_type)).await?;
+    assert_eq!((status, answer["updated"].clone()), (StatusCode::OK, json!(2)), "{answer}");
+    let strict = DlqApi::with_tokens(fx.dialect.dlq_dao(), tokens()?)
+        .re_drive_max_age(std::time::Duration::from_secs(60))
+        .router();
+    let again = json!({ "ids": [ids[0]], "status": "TO_RETRY" });
+    let (status, problem) = call(&strict, Method::POST, "/events/status", Some(again)).await?;
+    assert_eq!(status, StatusCode::CONFLICT, "{problem}");
+    assert!(problem["detail"].as_str().is_some_and(|d| d.contains("more than 1m ago")), "{problem}");
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_listing_cuts_long_payloads_and_one_event_shows_it_whole() -> TestResult {
     let long = format!(r#"{{"lines":"{}"}}"#, "é".repeat(3000));
     let (fx, ids) = fixture_with(&[("order-created", 1)], |event| event.payload = long.clone()).await?;
@@ -439,6 +546,20 @@ async fn the_openapi_document_describes_exactly_the_served_routes() -> TestResul
         "POST /events/status",
     ];
     assert_eq!(operations, served);
+    // A re-drive's `allow_older` is an optional flag of every body that can set TO_RETRY.
+    for schema in ["StatusChange", "IdsToStatus", "TypeToStatus"] {
+        let schema = &document["components"]["schemas"][schema];
+        assert_eq!(schema["properties"]["allow_older"]["type"], "boolean", "{schema}");
+        let required = schema["required"].as_array().cloned().unwrap_or_default();
+        assert!(!required.contains(&json!("allow_older")), "{schema}");
+    }
+    for (path, method) in [("/events/status", "post"), ("/events/{id}", "patch")] {
+        let conflict = &document["paths"][path][method]["responses"]["409"];
+        assert!(
+            conflict["description"].as_str().is_some_and(|d| d.contains("re-drive max age")),
+            "{conflict}"
+        );
+    }
     // Each documented operation is answered by a handler: not the fallback's 404, not a 405.
     for operation in served {
         let (method, path) = operation.split_once(' ').unwrap_or_default();

@@ -140,7 +140,8 @@ pub use oncebox_oracle as oracle;
 pub use oncebox_metrics as metrics;
 
 /// The REST API and web console for the dead letter queue:
-/// `dlq_api::DlqApi::with_tokens(oncebox.dlq(), tokens).metrics(oncebox.metrics()).router()`.
+/// `dlq_api::DlqApi::with_tokens(oncebox.dlq(), tokens).metrics(oncebox.metrics())
+/// .re_drive_max_age(oncebox.config().dlq_re_drive_max_age()).router()`.
 #[cfg(feature = "dlq-api")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dlq-api")))]
 pub use oncebox_dlq_api as dlq_api;
