@@ -64,20 +64,21 @@ async fn run(args: Args) -> Result<(), Failure> {
     let scrape = install_prometheus()?;
     let sender = sender(&args, &config).await?;
     let tokens = tokens(&args)?;
+    let re_drive_max_age = config.dlq_re_drive_max_age();
     match Database::of_url(&args.database_url, "DATABASE_URL")? {
         Database::Postgres => {
             let dialect = PgDialect::connect(&args.database_url).await?;
             sqlx::raw_sql(shop_schema::POSTGRES).execute(dialect.pool()).await?;
             let outbox = Oncebox::builder(config).dialect(dialect).sender_arc(sender).start().await?;
             let shop: Arc<dyn Shop> = Arc::new(PgShop { pool: outbox.dialect().pool().clone(), outbox });
-            serve_shop(shop, &args.listen, scrape, tokens).await
+            serve_shop(shop, &args.listen, scrape, tokens, re_drive_max_age).await
         }
         Database::MySql => {
             let dialect = MySqlDialect::connect(&args.database_url).await?;
             sqlx::raw_sql(shop_schema::MYSQL).execute(dialect.pool()).await?;
             let outbox = Oncebox::builder(config).dialect(dialect).sender_arc(sender).start().await?;
             let shop: Arc<dyn Shop> = Arc::new(MySqlShop { pool: outbox.dialect().pool().clone(), outbox });
-            serve_shop(shop, &args.listen, scrape, tokens).await
+            serve_shop(shop, &args.listen, scrape, tokens, re_drive_max_age).await
         }
     }
 }
@@ -119,8 +120,13 @@ async fn serve_shop(
     listen: &str,
     scrape: metrics_exporter_prometheus::PrometheusHandle,
     tokens: BearerTokens,
+    re_drive_max_age: std::time::Duration,
 ) -> Result<(), Failure> {
-    let dlq = DlqApi::with_tokens(shop.dlq(), tokens).metrics(shop.metrics()).mounted_at("/dlq").router();
+    let dlq = DlqApi::with_tokens(shop.dlq(), tokens)
+        .metrics(shop.metrics())
+        .re_drive_max_age(re_drive_max_age)
+        .mounted_at("/dlq")
+        .router();
     let health = {
         let shop = shop.clone();
         Arc::new(move || Health::of_engine(&shop.state()))
