@@ -464,16 +464,28 @@ async fn once_consumer<S: Store, T: Transport>(file: &ChaosFile) -> Result<()> {
     let dialect = oncebox.dialect().clone();
     let deliveries: Arc<str> = file.chaos.deliveries_table.as_str().into();
     let failures = file.chaos.handler_failures;
+    let stats_dir: Arc<Path> = file.chaos.stats_dir.as_path().into();
     let effect: EventNote = {
         let (dialect, names, deliveries) = (dialect.clone(), names.clone(), deliveries.clone());
         Arc::new(move |id| {
-            let (dialect, names, deliveries) = (dialect.clone(), names.clone(), deliveries.clone());
+            let (dialect, names, deliveries, stats_dir) =
+                (dialect.clone(), names.clone(), deliveries.clone(), stats_dir.clone());
             Box::pin(async move {
                 let delivery = S::record_delivery(&dialect, &deliveries, id, std::process::id()).await?;
                 fail_as_planned::<S>(&dialect, &deliveries, &delivery, id, failures).await?;
-                // The inbox is `on_once`'s, around this effect: the row is written unguarded.
-                S::apply_without_inbox(&dialect, &names, id).await?;
-                S::note_delivery(&dialect, &deliveries, &delivery, "applied").await
+                // The inbox is `on_once`'s, around this effect: the row is written unguarded. A
+                // failed write may still have committed (its answer lost in a database restart);
+                // the inbox then runs the effect again, and the run keeps the evidence.
+                if let Err(error) = S::apply_without_inbox(&dialect, &names, id).await {
+                    note_effect_in_doubt(&stats_dir, id)?;
+                    return Err(error);
+                }
+                // The effect happened: a failed note must not fail it, or the inbox would run it
+                // again. The delivery then stays without an outcome.
+                if let Err(error) = S::note_delivery(&dialect, &deliveries, &delivery, "applied").await {
+                    eprintln!("chaos_consumer: noting the applied event {id} failed: {error}");
+                }
+                Ok(())
             })
         })
     };
@@ -490,6 +502,39 @@ async fn once_consumer<S: Store, T: Transport>(file: &ChaosFile) -> Result<()> {
     let shutdown = oncebox.shutdown(SHUTDOWN).await;
     listened?;
     shutdown
+}
+
+/// Appends `id` to this process's file of effects whose write failed and may have committed
+/// (`effects-in-doubt-<pid>.ids` in `dir`; a local file, since the database may be the trouble).
+fn note_effect_in_doubt(dir: &Path, id: Uuid) -> Result<()> {
+    use std::io::Write as _;
+    let path = dir.join(format!("{EFFECTS_IN_DOUBT}{}.ids", std::process::id()));
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|error| plumbing(&format!("opening {}", path.display()), error))?;
+    writeln!(file, "{id}").map_err(|error| plumbing(&format!("writing {}", path.display()), error))
+}
+
+/// The beginning of the files [`note_effect_in_doubt`] writes.
+const EFFECTS_IN_DOUBT: &str = "effects-in-doubt-";
+
+/// Every id the `on_once` consumers of a run noted as an effect in doubt, in `dir`, once per note.
+pub fn effects_in_doubt(dir: &Path) -> Result<Vec<Uuid>> {
+    let mut ids = Vec::new();
+    let entries = std::fs::read_dir(dir).map_err(|error| plumbing("listing the run's files", error))?;
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.starts_with(EFFECTS_IN_DOUBT) {
+            continue;
+        }
+        let text = std::fs::read_to_string(entry.path()).map_err(|error| plumbing(&name, error))?;
+        for line in text.lines().filter(|line| !line.trim().is_empty()) {
+            ids.push(Uuid::parse_str(line.trim()).map_err(|error| plumbing(&name, error))?);
+        }
+    }
+    Ok(ids)
 }
 
 /// Fails the delivery `delivery` of event `id` as `failures` plan, noting it `failed`: a poison
@@ -680,10 +725,43 @@ pub async fn terminated(stdin_eof: bool) {
 }
 
 /// Logs to stderr (`RUST_LOG`, `warn` when unset).
+///
+/// The inbox's warnings are always on and written without colours: the harness reads from them
+/// which `on_once` claims the inbox reports left in flight after their effect
+/// ([`INBOX_LEFT_IN_FLIGHT`]).
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let filter = match "oncebox_core::inbox=warn".parse() {
+        Ok(directive) => filter.add_directive(directive),
+        Err(_) => filter,
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// The beginnings of the inbox's warnings (`oncebox_core::inbox`) that a `consume_once` claim
+/// stays in flight although its effect ran: marking it applied failed, or the effect outlasted the
+/// lease and another delivery took the claim over. A redelivery after the lease runs the effect
+/// again, as the inbox warns.
+pub const INBOX_LEFT_IN_FLIGHT: [&str; 2] =
+    ["could not mark the applied effect in the inbox", "the effect outlasted the inbox lease"];
+
+/// The event ids of the [`INBOX_LEFT_IN_FLIGHT`] warnings in a consumer's log `text`, once per
+/// warning (the `id=<uuid>` field of each such line).
+pub fn left_in_flight(text: &str) -> Vec<Uuid> {
+    text.lines()
+        .filter(|line| {
+            line.contains("oncebox_core::inbox") && INBOX_LEFT_IN_FLIGHT.iter().any(|w| line.contains(w))
+        })
+        .filter_map(|line| {
+            let (_, after) = line.split_once(" id=")?;
+            Uuid::parse_str(after.split_whitespace().next()?).ok()
+        })
+        .collect()
 }
 
 /// The `--config <path>` argument of a chaos binary.
@@ -701,4 +779,36 @@ pub fn config_argument() -> Result<PathBuf> {
         }
     }
     Err(Error::new(ErrorKind::Config, "usage: --config <file.yaml>"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_inbox_warnings_of_claims_left_in_flight_name_their_ids() {
+        let (first, second) = (Uuid::now_v7(), Uuid::now_v7());
+        let log = format!(
+            "2026-01-01T00:00:00.000000Z  WARN oncebox.consume{{event_id={second} consumer=q}}: oncebox_core::inbox: \
+             could not mark the applied effect in the inbox; after the lease a redelivery may run it again \
+             consumer=once-effects id={first} error=pool timed out\n\
+             2026-01-01T00:00:01.000000Z  WARN oncebox_core::inbox: the effect outlasted the inbox lease and another \
+             delivery took the claim over: the effect may run twice; raise the lease consumer=once-effects id={second} lease=3s\n\
+             2026-01-01T00:00:02.000000Z  WARN oncebox_core::inbox: could not release the inbox claim after a failed \
+             effect consumer=once-effects id={second} error=down\n"
+        );
+        assert_eq!(left_in_flight(&log), vec![first, second]);
+    }
+
+    #[test]
+    fn a_plan_is_the_same_for_every_process_and_fails_a_few_events() {
+        let failures = HandlerFailures { seed: 7, failing_per_mille: 30, poison_per_mille: 1 };
+        let ids: Vec<Uuid> = (0..20_000).map(|_| Uuid::now_v7()).collect();
+        let plans: Vec<Planned> = ids.iter().map(|id| failures.plan(*id)).collect();
+        assert_eq!(plans, ids.iter().map(|id| failures.plan(*id)).collect::<Vec<_>>());
+        let poison = plans.iter().filter(|plan| **plan == Planned::Poison).count();
+        let failing = plans.iter().filter(|plan| matches!(plan, Planned::FailsFirst(1..=3))).count();
+        assert!((5..=60).contains(&poison), "{poison} poison in 20,000");
+        assert!((400..=800).contains(&failing), "{failing} failing in 20,000");
+    }
 }

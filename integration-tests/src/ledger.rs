@@ -53,8 +53,9 @@ pub struct Ledger {
     pub poison_with_effect: Vec<Uuid>,
     /// Dead-lettered events that are not poison: given up although their handler would succeed.
     pub dead_lettered_not_poison: Vec<Uuid>,
-    /// Ids whose effect ran again after a consumer was killed in it (see
-    /// [`Ledger::with_repeats_after_kills`]), with their effect rows; not in `double_effects`.
+    /// Ids whose effect ran again after a consumer was killed in it or the inbox reported its
+    /// claim left in flight (see [`Ledger::with_repeats_after_kills`]), with their effect rows; not
+    /// in `double_effects`.
     pub repeated_after_kill: Vec<(String, i64)>,
 }
 
@@ -107,17 +108,18 @@ impl Ledger {
         }
     }
 
-    /// The accounting of a consumer whose effect is not transactional (`on_once`): a consumer
-    /// killed after its effect and before the id was marked applied leaves a claim that another
-    /// delivery takes over, running the effect again. An id may then have one effect row more
-    /// per such delivery: one that never finished (`unfinished_in_killed`: by id, deliveries
-    /// without an outcome in a process that was killed). Those ids move from `double_effects` to
-    /// `repeated_after_kill`; any row beyond stays a double effect.
+    /// The accounting of a consumer whose effect is not transactional (`on_once`): an effect may
+    /// run again when an earlier run of it may have happened without the inbox knowing, so the
+    /// claim was taken over after its lease or released for a retry. `explained` counts, by id,
+    /// the earlier runs for which the run itself left evidence of that (a delivery in a process
+    /// the harness killed, an inbox warning that the claim stayed in flight, an effect whose
+    /// commit answer was lost). An id may have one effect row more per such run: those ids move
+    /// from `double_effects` to `repeated_after_kill`; any row beyond stays a double effect.
     #[must_use]
-    pub fn with_repeats_after_kills(mut self, unfinished_in_killed: &HashMap<String, i64>) -> Self {
+    pub fn with_repeats_after_kills(mut self, explained: &HashMap<String, i64>) -> Self {
         let (allowed, doubled): (Vec<_>, Vec<_>) = std::mem::take(&mut self.double_effects)
             .into_iter()
-            .partition(|(id, rows)| *rows <= 1 + unfinished_in_killed.get(id).copied().unwrap_or(0));
+            .partition(|(id, rows)| *rows <= 1 + explained.get(id).copied().unwrap_or(0));
         self.double_effects = doubled;
         self.repeated_after_kill = allowed;
         self
@@ -327,10 +329,14 @@ mod tests {
         let only_repeated = Ledger::new([id(1)], [], &deliveries, &[effect(1, 2)], &processed(1))
             .with_repeats_after_kills(&unfinished);
         assert!(only_repeated.holds(), "{}", only_repeated.violations());
-        // A third row is one more than the unfinished delivery explains.
+        // A third row is one more than one earlier run explains; two explain it.
         let tripled = Ledger::new([id(1)], [], &deliveries, &[effect(1, 3)], &processed(1))
             .with_repeats_after_kills(&unfinished);
         assert_eq!(tripled.double_effects, vec![effect(1, 3)]);
+        let twice = HashMap::from([(id(1).to_string(), 2)]);
+        let explained = Ledger::new([id(1)], [], &deliveries, &[effect(1, 3)], &processed(1))
+            .with_repeats_after_kills(&twice);
+        assert!(explained.holds(), "{}", explained.violations());
     }
 
     #[test]

@@ -184,9 +184,9 @@ pub trait Store: Sized + Send + Sync + 'static {
     /// first one's).
     fn create_effects_table(dialect: &Self::Dialect, table: &str) -> impl Future<Output = Result<()>> + Send;
 
-    /// Deliveries without an outcome (their handler never finished), by event id and process:
-    /// `(event id, pid, deliveries)`.
-    fn unfinished_deliveries(
+    /// Deliveries that ran or may have run the effect (noted `applied`, or never noted: the
+    /// handler did not finish), by event id and process: `(event id, pid, deliveries)`.
+    fn effect_deliveries_by_process(
         dialect: &Self::Dialect,
         table: &str,
     ) -> impl Future<Output = Result<Vec<(String, i64, i64)>>> + Send;
@@ -435,14 +435,15 @@ macro_rules! sql_store_operations {
             Ok(())
         }
 
-        async fn unfinished_deliveries(dialect: &$dialect, table: &str) -> Result<Vec<(String, i64, i64)>> {
+        async fn effect_deliveries_by_process(dialect: &$dialect, table: &str) -> Result<Vec<(String, i64, i64)>> {
             let sql = format!(
-                "SELECT event_id, pid, COUNT(*) FROM {table} WHERE outcome IS NULL GROUP BY event_id, pid"
+                "SELECT event_id, pid, COUNT(*) FROM {table} WHERE outcome IS NULL OR outcome = 'applied' \
+                 GROUP BY event_id, pid"
             );
             sqlx::query_as(AssertSqlSafe(sql))
                 .fetch_all(dialect.pool())
                 .await
-                .map_err(database_error("reading unfinished deliveries"))
+                .map_err(database_error("reading the deliveries by process"))
         }
 
         async fn failed_deliveries(dialect: &$dialect, table: &str, id: Uuid) -> Result<i64> {

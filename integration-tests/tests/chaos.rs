@@ -46,7 +46,7 @@ const BROKEN: Profile = Profile {
     window: Duration::from_secs(15),
     transactions_per_second: 30,
     relay_kills: 2,
-    consumer_kills: 3,
+    consumer_kills: 4,
     relay_stops: 1,
     copies: 0,
     handler_failures: None,
