@@ -164,16 +164,15 @@ impl EventHeaders {
             decode_error(format!("header {HEADER_EVENT_ID} '{text}' of {place} is not a UUID"))
                 .with_source(error)
         })?;
-        let created_at = created_at
-            .map(|text| {
-                DateTime::parse_from_rfc3339(text.trim()).map(|at| at.with_timezone(&Utc)).map_err(|error| {
-                    decode_error(format!(
-                        "header {HEADER_CREATED_AT} '{text}' of {place} is not an RFC 3339 time"
-                    ))
-                    .with_source(error)
-                })
-            })
-            .transpose()?;
+        // Optional and only a guard: a value another producer wrote its own way is read as absent
+        // (the inbox then cannot tell the event's age) rather than poisoning the message.
+        let created_at = created_at.and_then(|text| match DateTime::parse_from_rfc3339(text.trim()) {
+            Ok(at) => Some(at.with_timezone(&Utc)),
+            Err(error) => {
+                tracing::warn!(%id, value = text, %error, "header {HEADER_CREATED_AT} of {place} is not an RFC 3339 time; read as absent");
+                None
+            }
+        });
         Ok(Self { id, event_type, payload_type, created_at, headers })
     }
 
@@ -436,16 +435,21 @@ impl<M: Send + 'static> Handlers<M> {
             let shared = Arc::clone(&shared);
             Box::pin(async move {
                 let (inbox, deserializer, effect) = &*shared;
-                // An event older than the ids the inbox keeps may have been applied and forgotten:
-                // it is never applied, whatever its payload.
-                inbox.admit(raw.id, raw.created_at).map_err(HandlerFailure::Poison)?;
+                let created_at = raw.created_at;
                 let event = raw.decode(deserializer)?;
                 let id = event.id;
-                inbox.consume_once(id, async || effect(event).await).await.map_err(|failure| {
-                    HandlerFailure::Failed(match failure {
-                        ConsumeError::Inbox(error) => error.context(format!("the inbox for event {id}")),
-                        ConsumeError::Handler(error) => error,
-                    })
+                inbox.consume_once_at(id, created_at, async || effect(event).await).await.map_err(|failure| {
+                    match failure {
+                        // Older than the ids the inbox keeps and unknown to it: it may have been
+                        // applied and forgotten, so it is never applied.
+                        ConsumeError::Inbox(error) if error.kind() == ErrorKind::TooOld => {
+                            HandlerFailure::Poison(error)
+                        }
+                        ConsumeError::Inbox(error) => {
+                            HandlerFailure::Failed(error.context(format!("the inbox for event {id}")))
+                        }
+                        ConsumeError::Handler(error) => HandlerFailure::Failed(error),
+                    }
                 })
             })
         });

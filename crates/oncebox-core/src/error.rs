@@ -29,6 +29,9 @@ pub enum ErrorKind {
     /// Another delivery of the same event is being handled right now: nothing failed, and the
     /// message runs again later (never settled as a duplicate, never counted as a failed run).
     InFlight,
+    /// The event is older than the inbox keeps ids ([`Inbox::admit`](crate::Inbox::admit)): it may
+    /// have been applied and forgotten, so it is not applied; the message is held or dead-lettered.
+    TooOld,
     /// Anything else.
     Other,
 }
@@ -45,6 +48,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::Timeout => "timeout",
             ErrorKind::Lifecycle => "lifecycle error",
             ErrorKind::InFlight => "in flight elsewhere",
+            ErrorKind::TooOld => "older than the inbox keeps ids",
             ErrorKind::Other => "error",
         };
         f.write_str(name)

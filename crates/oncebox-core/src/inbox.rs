@@ -178,7 +178,7 @@ impl<W> Inbox<W> {
             "event older than the inbox keeps ids: not applied, since it may have been applied and forgotten; raise oncebox.inbox.clean-up.ttl above the longest way an event can come back"
         );
         Err(Error::new(
-            ErrorKind::InvalidInput,
+            ErrorKind::TooOld,
             format!(
                 "event {id} is {}s old, older than consumer '{}' keeps ids ({}s, oncebox.inbox.clean-up.ttl): it may have been applied and forgotten, so it is not applied",
                 age.as_secs(),
@@ -343,6 +343,22 @@ impl<W> Inbox<W> {
     where
         F: AsyncFnOnce() -> Result<R, E>,
     {
+        self.consume_once_at(id, None, effect).await
+    }
+
+    /// [`consume_once`](Self::consume_once) for an event written at `created_at`: an id the inbox
+    /// does not know that is older than the ids it keeps is refused ([`admit`](Self::admit),
+    /// [`ErrorKind::TooOld`], the claim released) and its effect never runs, while an id it knows
+    /// is still answered as a duplicate.
+    pub async fn consume_once_at<R, E, F>(
+        &self,
+        id: Uuid,
+        created_at: Option<chrono::DateTime<chrono::Utc>>,
+        effect: F,
+    ) -> Result<Consumed<R>, ConsumeError<E>>
+    where
+        F: AsyncFnOnce() -> Result<R, E>,
+    {
         if self.cached(id).await {
             self.count(InboxOutcome::Duplicate, 1);
             return Ok(Consumed::Duplicate);
@@ -356,6 +372,10 @@ impl<W> Inbox<W> {
             }
             InboxClaim::Held => return Err(ConsumeError::Inbox(self.in_flight(id))),
         };
+        if let Err(too_old) = self.admit(id, created_at) {
+            self.release(id, token).await;
+            return Err(ConsumeError::Inbox(too_old));
+        }
         match effect().await {
             Ok(value) => {
                 self.finish(id, token).await;
@@ -926,6 +946,28 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_old_event_is_refused_only_when_the_inbox_does_not_know_it() {
+        let store = Arc::new(SetInbox::default());
+        let cache = Arc::new(RecordingCache::default());
+        let inbox = inbox(&store, &cache).with_retention(Duration::from_secs(3_600));
+        let old = Some(chrono::Utc::now() - chrono::Duration::hours(2));
+        let known = Uuid::now_v7();
+        InboxDao::record(&*store, "billing", known).await.unwrap_or_default();
+        let again = inbox.consume_once_at(known, old, async || Ok::<_, std::io::Error>(())).await;
+        assert!(matches!(again, Ok(Consumed::Duplicate)), "a known id settles as a duplicate: {again:?}");
+        let unknown = Uuid::now_v7();
+        let refused = inbox.consume_once_at(unknown, old, async || Ok::<_, std::io::Error>(())).await;
+        assert!(
+            matches!(&refused, Err(ConsumeError::Inbox(error)) if error.kind() == ErrorKind::TooOld),
+            "{refused:?}"
+        );
+        assert!(
+            !store.in_flight("billing", unknown) && !store.has("billing", unknown),
+            "the claim was released"
+        );
+    }
+
+    #[tokio::test]
     async fn a_batch_meeting_an_id_in_flight_runs_nothing_and_keeps_no_claim() {
         let store = Arc::new(SetInbox::default());
         let cache = Arc::new(RecordingCache::default());
@@ -979,7 +1021,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn non_transactional_batch_consume_keeps_order_skips_consumed_and_forgets_on_error() {
+    async fn non_transactional_batch_consume_keeps_order_skips_consumed_and_releases_on_error() {
         let store = Arc::new(SetInbox::default());
         let cache = Arc::new(RecordingCache::default());
         let inbox = inbox(&store, &cache);
@@ -1028,7 +1070,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn non_transactional_consume_records_first_and_forgets_on_error() {
+    async fn non_transactional_consume_claims_first_and_releases_on_error() {
         let store = Arc::new(SetInbox::default());
         let cache = Arc::new(RecordingCache::default());
         let inbox = inbox(&store, &cache);

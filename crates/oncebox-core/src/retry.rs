@@ -46,9 +46,23 @@ impl Backoff {
     /// whose acknowledgement was lost can reach a consumer again this late, so an inbox must keep
     /// ids longer (`oncebox check-config` warns where it does not).
     pub fn retry_horizon(&self, max_retries: u32, emergency_timeout: Duration) -> Duration {
+        /// Retries added one by one; past them each counts as the cap (an upper bound, fine for a
+        /// warning), so a huge `max-retries` never makes a long loop.
+        const STEPPED: u32 = 1_000;
         let steady = Backoff { jitter: 0.0, ..*self };
-        let sends = emergency_timeout.saturating_mul(max_retries.saturating_add(1));
-        (1..=max_retries).fold(sends, |total, retry| total.saturating_add(steady.delay_before_retry(retry)))
+        let mut total = emergency_timeout.saturating_mul(max_retries.saturating_add(1));
+        if !self.enabled {
+            return total;
+        }
+        for retry in 1..=max_retries.min(STEPPED) {
+            let delay = steady.delay_before_retry(retry);
+            if delay >= steady.max_delay {
+                // Capped from here on: the remaining retries in one step.
+                return total.saturating_add(delay.saturating_mul(max_retries - retry + 1));
+            }
+            total = total.saturating_add(delay);
+        }
+        total.saturating_add(steady.max_delay.saturating_mul(max_retries.saturating_sub(STEPPED)))
     }
 }
 

@@ -208,7 +208,7 @@ impl Dialect for OraDialect {
         // commits on its own in Oracle.
         self.db
             .run(context, move |connection| {
-                let wanted = [plan.outbox, plan.dlq, plan.inbox, plan.jobs, plan.outbox];
+                let wanted = [plan.outbox, plan.dlq, plan.inbox, plan.jobs, plan.outbox, plan.inbox];
                 for (block, wanted) in statements.schema.iter().zip(wanted) {
                     if wanted {
                         connection.execute(block, &[]).context(context)?;

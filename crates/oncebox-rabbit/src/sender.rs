@@ -275,9 +275,10 @@ impl Sender for RabbitSender {
 
 impl RabbitSender {
     /// Publishes every message on a channel of the batch's own without waiting in between, then
-    /// collects the confirms; fills `results` as outcomes become known, so a timeout leaves only
-    /// the unknown ones empty. An ack is known only when every confirm is in: until then, the
-    /// message's return may still sit with another message's confirm.
+    /// collects the confirms; fills `results` as failures become known, and the acks once every
+    /// confirm is in: until then, a message's return may still sit with another message's
+    /// confirm. A timeout therefore leaves every ack unanswered, and those messages are sent again
+    /// (a duplicate, never a loss).
     async fn publish_all(
         &self,
         batch: &[OutboundMessage],
