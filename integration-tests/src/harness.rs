@@ -836,18 +836,27 @@ fn schedule(
         plan.push((at, Action::Stop(slot)));
         plan.push((at + stop_for, Action::Continue(slot)));
     }
+    // When each relay is back from its last kill: a kill moved past a stop (which may outlast a
+    // segment) must not fall before that, or it would kill a relay that is not running.
+    let mut back_from_kill = vec![0_u64; relays];
     for mut at in spread(&mut rng, window, profile.relay_kills, (100, 500), 0) {
         let mut back = at + rng.u64(200..1_500);
         let mut slot = rng.usize(0..relays);
         let meets = |slot: usize, at: u64, back: u64| {
             stops.iter().find(|&&(from, to, stopped)| stopped == slot && at <= to + 500 && from <= back + 500)
         };
-        if meets(slot, at, back).is_some() {
+        if meets(slot, at, back).is_some() || at <= back_from_kill[slot] + 500 {
             slot = (slot + 1) % relays;
         }
-        if let Some(&(_, to, _)) = meets(slot, at, back) {
-            (at, back) = (to + 600, to + 600 + (back - at));
+        loop {
+            let later = match meets(slot, at, back) {
+                Some(&(_, to, _)) => to + 600,
+                None if at <= back_from_kill[slot] + 500 => back_from_kill[slot] + 600,
+                None => break,
+            };
+            (at, back) = (later, later + (back - at));
         }
+        back_from_kill[slot] = back;
         plan.push((at, Action::Kill(Role::Relay, slot)));
         plan.push((back, Action::Start(Role::Relay, slot)));
     }
@@ -1646,10 +1655,12 @@ mod tests {
     }
 
     #[test]
-    fn a_relay_is_never_killed_while_it_is_stopped() {
-        for seed in 0..500 {
+    fn a_relay_is_never_killed_while_it_is_stopped_or_dead() {
+        for (profile, seed) in
+            [SMOKE, QUICK, FULL].into_iter().flat_map(|profile| (0..500).map(move |seed| (profile, seed)))
+        {
             for relays in [1, 2] {
-                let plan = schedule(&QUICK, seed, relays, true, Duration::ZERO);
+                let plan = schedule(&profile, seed, relays, true, Duration::ZERO);
                 let mut stopped = vec![false; relays];
                 let mut running = vec![true; relays];
                 for (at, action) in plan {
@@ -1661,6 +1672,7 @@ mod tests {
                         Action::Continue(slot) => stopped[slot] = false,
                         Action::Kill(Role::Relay, slot) => {
                             assert!(!stopped[slot], "seed {seed}: kill of a stopped relay at {at:?}");
+                            assert!(running[slot], "seed {seed}: kill of a dead relay at {at:?}");
                             running[slot] = false;
                         }
                         Action::Start(Role::Relay, slot) => running[slot] = true,
