@@ -73,6 +73,13 @@ impl From<ConsumeError<Error>> for Error {
     }
 }
 
+/// The longest a non-transactional consume keeps trying to mark an applied effect before it gives
+/// up (and never longer than half the lease).
+const FINISH_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
+/// The first and the longest pause between those tries.
+const FINISH_FIRST_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+const FINISH_MAX_PAUSE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The most [`Inbox::admit`] takes off the retention for clocks that disagree.
 const CLOCK_MARGIN: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -463,21 +470,39 @@ impl<W> Inbox<W> {
         )
     }
 
-    /// Marks a claim applied after its effect. When the claim is gone (its lease ran out and
-    /// another delivery took it over) or the mark fails, the effect has still happened: the record
-    /// stays in flight and is taken over after the lease, which may run the effect again, so
-    /// that is said loudly.
+    /// Marks a claim applied after its effect. The effect has happened, so a mark that fails for
+    /// a reason that passes (a database restarting) is tried again, with a doubling pause, for up
+    /// to half the lease (at most [`FINISH_PATIENCE`]) before the message is settled: without the
+    /// mark, a redelivery takes the claim over after the lease and runs the effect again. When the
+    /// claim is gone (its lease ran out and another delivery took it over) or the mark still
+    /// fails, that is said loudly.
     async fn finish(&self, id: Uuid, token: Uuid) {
-        match self.dao.finish(&self.consumer, id, token).await {
-            Ok(true) => {}
-            Ok(false) => tracing::warn!(
-                consumer = %self.consumer, %id, lease = ?self.lease,
-                "the effect outlasted the inbox lease and another delivery took the claim over: the effect may run twice; raise the lease"
-            ),
-            Err(error) => tracing::warn!(
-                consumer = %self.consumer, %id, %error,
-                "could not mark the applied effect in the inbox; after the lease a redelivery may run it again"
-            ),
+        let give_up_at = tokio::time::Instant::now() + (self.lease / 2).min(FINISH_PATIENCE);
+        let mut failures = 0;
+        loop {
+            match self.dao.finish(&self.consumer, id, token).await {
+                Ok(true) => return,
+                Ok(false) => {
+                    tracing::warn!(
+                        consumer = %self.consumer, %id, lease = ?self.lease,
+                        "the effect outlasted the inbox lease and another delivery took the claim over: the effect may run twice; raise the lease"
+                    );
+                    return;
+                }
+                Err(error) if error.is_temporary() && tokio::time::Instant::now() < give_up_at => {
+                    failures += 1;
+                    let pause = crate::retry::doubling_delay(FINISH_FIRST_PAUSE, FINISH_MAX_PAUSE, failures);
+                    tracing::info!(consumer = %self.consumer, %id, %error, ?pause, "marking the applied effect failed; trying again");
+                    tokio::time::sleep(pause).await;
+                }
+                Err(error) => {
+                    tracing::warn!(
+                        consumer = %self.consumer, %id, %error,
+                        "could not mark the applied effect in the inbox; after the lease a redelivery may run it again"
+                    );
+                    return;
+                }
+            }
         }
     }
 
@@ -943,6 +968,54 @@ mod tests {
             self::inbox(&store, &cache).admit(id, Some(now - chrono::Duration::days(400))).is_ok(),
             "no retention, no limit"
         );
+    }
+
+    /// A [`SetInbox`] whose first `failing` marks fail as a restarting database would.
+    struct RestartingInbox {
+        inner: SetInbox,
+        failing: std::sync::atomic::AtomicU32,
+    }
+
+    #[async_trait]
+    impl InboxDao for RestartingInbox {
+        async fn record(&self, consumer: &str, id: Uuid) -> Result<bool> {
+            self.inner.record(consumer, id).await
+        }
+        async fn record_many(&self, consumer: &str, ids: &[Uuid]) -> Result<Vec<Uuid>> {
+            self.inner.record_many(consumer, ids).await
+        }
+        async fn claim(&self, consumer: &str, id: Uuid, lease: Duration) -> Result<InboxClaim> {
+            self.inner.claim(consumer, id, lease).await
+        }
+        async fn finish(&self, consumer: &str, id: Uuid, token: Uuid) -> Result<bool> {
+            let left = self.failing.load(std::sync::atomic::Ordering::SeqCst);
+            if left > 0 {
+                self.failing.store(left - 1, std::sync::atomic::Ordering::SeqCst);
+                return Err(Error::temporary(ErrorKind::Database, "the database is restarting"));
+            }
+            self.inner.finish(consumer, id, token).await
+        }
+        async fn release(&self, consumer: &str, id: Uuid, token: Uuid) -> Result<bool> {
+            self.inner.release(consumer, id, token).await
+        }
+        async fn consumed(&self, consumer: &str, ids: &[Uuid]) -> Result<Vec<Uuid>> {
+            self.inner.consumed(consumer, ids).await
+        }
+        async fn delete_older_than(&self, older_than: Duration, limit: u32) -> Result<u64> {
+            self.inner.delete_older_than(older_than, limit).await
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_mark_that_fails_while_the_database_restarts_is_tried_again_before_settling() {
+        let store = Arc::new(RestartingInbox { inner: SetInbox::default(), failing: 3.into() });
+        let inbox = Inbox::new("mailer", store.clone(), ());
+        let id = Uuid::now_v7();
+        let sent = inbox.consume_once(id, async || Ok::<_, std::io::Error>("sent")).await;
+        assert!(matches!(sent, Ok(Consumed::Applied("sent"))));
+        assert!(store.inner.has("mailer", id), "marked applied after three failed tries");
+        let again = inbox.consume_once(id, async || Ok::<_, std::io::Error>("sent twice")).await;
+        assert!(matches!(again, Ok(Consumed::Duplicate)), "a redelivery is a duplicate, not a second effect");
     }
 
     #[tokio::test]
