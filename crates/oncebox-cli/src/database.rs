@@ -30,6 +30,9 @@ pub enum Part {
     Dlq,
     /// The inbox table.
     Consumed,
+    /// The inbox table's claim columns (`status`, `claim_token`, `locked_at`; added to tables
+    /// made before they existed).
+    Claims,
     /// The job lock table.
     Jobs,
 }
@@ -42,6 +45,7 @@ impl Part {
             (plan.outbox, Part::Recoveries),
             (plan.dlq, Part::Dlq),
             (plan.inbox, Part::Consumed),
+            (plan.inbox, Part::Claims),
             (plan.jobs, Part::Jobs),
         ]
         .into_iter()
@@ -56,6 +60,7 @@ impl Part {
             Part::Recoveries => format!("column {}.recoveries", tables.events()),
             Part::Dlq => format!("table {}", tables.dlq()),
             Part::Consumed => format!("table {}", tables.consumed()),
+            Part::Claims => format!("columns {}.status, claim_token, locked_at", tables.consumed()),
             Part::Jobs => format!("table {}", tables.jobs()),
         }
     }
@@ -67,6 +72,7 @@ impl Part {
             Part::Recoveries => ("recoveries", tables.events()),
             Part::Dlq => ("id", tables.dlq()),
             Part::Consumed => ("id", tables.consumed()),
+            Part::Claims => ("status, claim_token, locked_at", tables.consumed()),
             Part::Jobs => ("name", tables.jobs()),
         };
         format!("SELECT {column} FROM {table} WHERE 1 = 0")

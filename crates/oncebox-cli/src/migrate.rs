@@ -22,7 +22,8 @@ pub(crate) async fn run(target: &Target) -> Result<(), Failure> {
         before.push(database.has(*part, &tables).await?);
     }
     database.create_schema(plan).await?;
-    let mut events_created = false;
+    // A new table has every column: only an old one is upgraded.
+    let (mut events_created, mut consumed_created) = (false, false);
     for (part, existed) in parts.into_iter().zip(before) {
         let name = part.describe(&tables);
         if !database.has(part, &tables).await? {
@@ -30,11 +31,12 @@ pub(crate) async fn run(target: &Target) -> Result<(), Failure> {
         }
         let done = match (existed, part) {
             (true, _) => "already there",
-            // A new table has every column: only an old one is upgraded.
             (false, Part::Recoveries) if events_created => continue,
-            (false, Part::Recoveries) => "added",
+            (false, Part::Claims) if consumed_created => continue,
+            (false, Part::Recoveries | Part::Claims) => "added",
             (false, part) => {
                 events_created |= part == Part::Events;
+                consumed_created |= part == Part::Consumed;
                 "created"
             }
         };

@@ -139,7 +139,10 @@ impl Scope {
 
     /// Runs `sql` with `{events}` and `{dlq}` standing for this scope's tables.
     async fn execute(&self, sql: &str) -> TestResult {
-        let sql = sql.replace("{events}", self.tables.events()).replace("{dlq}", self.tables.dlq());
+        let sql = sql
+            .replace("{events}", self.tables.events())
+            .replace("{dlq}", self.tables.dlq())
+            .replace("{consumed}", self.tables.consumed());
         let sql = sqlx::AssertSqlSafe(sql);
         match self.database().await? {
             Database::Sqlite(dialect) => sqlx::raw_sql(sql).execute(dialect.pool()).await.map(drop),
@@ -192,6 +195,7 @@ in_scope! {
     status_counts_each_type_with_its_oldest_pending_age_and_the_dlq => status_counts_each_type_with_its_oldest_pending_age_and_the_dlq_in,
     migrate_creates_the_tables_once_and_says_so => migrate_creates_the_tables_once_and_says_so_in,
     migrate_adds_the_recoveries_column_to_an_old_table => migrate_adds_the_recoveries_column_to_an_old_table_in,
+    migrate_adds_the_claim_columns_to_an_old_inbox_table => migrate_adds_the_claim_columns_to_an_old_inbox_table_in,
     migrate_with_a_config_creates_only_what_its_sections_use => migrate_with_a_config_creates_only_what_its_sections_use_in,
     dlq_commands_list_show_and_change_events_with_the_apis_rules => dlq_commands_list_show_and_change_events_with_the_apis_rules_in,
     dlq_retry_of_events_older_than_the_re_drive_max_age_needs_allow_older => dlq_retry_of_events_older_than_the_re_drive_max_age_needs_allow_older_in,
@@ -209,7 +213,7 @@ async fn migrate_creates_the_tables_once_and_says_so_in(scope: &Scope) -> TestRe
     }
     assert!(!first.contains("already there"), "{first}");
     let second = scope.run(&["migrate"]).await?.ok()?;
-    assert_eq!(lines_with(&second, ": already there"), 5, "{second}");
+    assert_eq!(lines_with(&second, ": already there"), 6, "{second}");
     assert!(!second.contains("created"), "{second}");
     let status = scope.run(&["status"]).await?.ok()?;
     assert!(status.contains(&format!("outbox ({}): empty", scope.tables.events())), "{status}");
@@ -223,6 +227,18 @@ async fn migrate_adds_the_recoveries_column_to_an_old_table_in(scope: &Scope) ->
     let line = format!("column {}.recoveries: added", scope.tables.events());
     assert_eq!(lines_with(&upgrade, &line), 1, "{upgrade}");
     scope.execute("SELECT recoveries FROM {events}").await?;
+    Ok(())
+}
+
+async fn migrate_adds_the_claim_columns_to_an_old_inbox_table_in(scope: &Scope) -> TestResult {
+    scope.run(&["migrate"]).await?.ok()?;
+    for column in ["locked_at", "claim_token", "status"] {
+        scope.execute(&format!("ALTER TABLE {{consumed}} DROP COLUMN {column}")).await?;
+    }
+    let upgrade = scope.run(&["migrate"]).await?.ok()?;
+    let line = format!("columns {}.status, claim_token, locked_at: added", scope.tables.consumed());
+    assert_eq!(lines_with(&upgrade, &line), 1, "{upgrade}");
+    scope.execute("SELECT status, claim_token, locked_at FROM {consumed}").await?;
     Ok(())
 }
 
