@@ -526,6 +526,10 @@ fn main() -> ExitCode {
                 migrate_adds_the_recoveries_column_to_an_old_table
             ),
             case!(
+                "migrate_adds_the_claim_columns_to_an_old_inbox_table",
+                migrate_adds_the_claim_columns_to_an_old_inbox_table
+            ),
+            case!(
                 "migrate_with_a_config_creates_only_what_its_sections_use",
                 migrate_with_a_config_creates_only_what_its_sections_use
             ),
