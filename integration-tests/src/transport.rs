@@ -10,9 +10,10 @@ use std::time::Duration;
 use lapin::options::{BasicGetOptions, ExchangeDeleteOptions, QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::{FieldTable, ShortString};
 use lapin::{Connection, ConnectionProperties};
-use oncebox::kafka::{KafkaEvent, KafkaListener, KafkaListenerConfig, KafkaSender, KafkaSenderConfig};
+use oncebox::consume::{ListenerBuilder, ListenerConfig, Received};
+use oncebox::kafka::{KafkaListener, KafkaListenerConfig, KafkaSender, KafkaSenderConfig};
 use oncebox::rabbit::{
-    RabbitEvent, RabbitListener, RabbitListenerConfig, RabbitSender, RabbitSenderConfig, RabbitTopology,
+    RabbitListener, RabbitListenerConfig, RabbitSender, RabbitSenderConfig, RabbitTopology,
 };
 use oncebox::{Consumed, Deadline, OutboundMessage, Result, Sender};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -81,6 +82,31 @@ fn note_duplicates(
             }
         }
     });
+}
+
+/// `builder` with `handler` registered for each of `event_types`, whatever the broker.
+fn on_each<C: ListenerConfig>(
+    builder: ListenerBuilder<C>,
+    event_types: &[&str],
+    handler: &EventHandler,
+) -> ListenerBuilder<C> {
+    event_types.iter().fold(builder, |builder, event_type| {
+        let handler = handler.clone();
+        builder.on(*event_type, move |event: Received<Order, C::Source>| handler(event.id, event.payload))
+    })
+}
+
+/// `builder` with `effect` registered through `inbox` (`on_once`) for each of `event_types`.
+fn once_each<C: ListenerConfig, W: Clone + Send + Sync + 'static>(
+    builder: ListenerBuilder<C>,
+    event_types: &[&str],
+    inbox: &oncebox::Inbox<W>,
+    effect: &EventNote,
+) -> ListenerBuilder<C> {
+    event_types.iter().fold(builder, |builder, event_type| {
+        let effect = effect.clone();
+        builder.on_once(*event_type, inbox.clone(), move |event: Received<Order, C::Source>| effect(event.id))
+    })
 }
 
 /// A listener running on its own task.
@@ -296,13 +322,8 @@ impl Transport for KafkaTransport {
 
     async fn listen(&self, names: &Names, event_types: &[&str], handler: EventHandler) -> Result<Listening> {
         // A fresh group starts at the earliest offset, so nothing published before it joined is missed.
-        let listener = event_types
-            .iter()
-            .fold(KafkaListener::builder(self.listener_config(names)), |builder, event_type| {
-                let handler = handler.clone();
-                builder.on(*event_type, move |event: KafkaEvent<Order>| handler(event.id, event.payload))
-            })
-            .build()?;
+        let listener =
+            on_each(KafkaListener::builder(self.listener_config(names)), event_types, &handler).build()?;
         Ok(Listening::spawn(|shutdown| async move { listener.run(shutdown).await }))
     }
 
@@ -314,13 +335,9 @@ impl Transport for KafkaTransport {
         effect: EventNote,
         duplicate: EventNote,
     ) -> Result<Listening> {
-        let listener = event_types
-            .iter()
-            .fold(KafkaListener::builder(self.listener_config(names)), |builder, event_type| {
-                let effect = effect.clone();
-                builder.on_once(*event_type, inbox.clone(), move |event: KafkaEvent<Order>| effect(event.id))
-            })
-            .build()?;
+        let listener =
+            once_each(KafkaListener::builder(self.listener_config(names)), event_types, &inbox, &effect)
+                .build()?;
         note_duplicates(listener.outcomes(), duplicate);
         Ok(Listening::spawn(|shutdown| async move { listener.run(shutdown).await }))
     }
@@ -471,13 +488,9 @@ impl Transport for RabbitTransport {
 
     async fn listen(&self, names: &Names, event_types: &[&str], handler: EventHandler) -> Result<Listening> {
         // The declared queue is bound to the exchange by every registered event type.
-        let listener = event_types
-            .iter()
-            .fold(RabbitListener::builder(Self::listener_config(&self.url, names)), |builder, event_type| {
-                let handler = handler.clone();
-                builder.on(*event_type, move |event: RabbitEvent<Order>| handler(event.id, event.payload))
-            })
-            .build()?;
+        let listener =
+            on_each(RabbitListener::builder(Self::listener_config(&self.url, names)), event_types, &handler)
+                .build()?;
         let listening = Listening::spawn(|shutdown| async move { listener.run(shutdown).await });
         // Mandatory publishing reports an event unroutable until the queue is bound.
         self.await_queue(&names.consumer).await?;
@@ -492,13 +505,8 @@ impl Transport for RabbitTransport {
         effect: EventNote,
         duplicate: EventNote,
     ) -> Result<Listening> {
-        let listener = event_types
-            .iter()
-            .fold(RabbitListener::builder(Self::listener_config(&self.url, names)), |builder, event_type| {
-                let effect = effect.clone();
-                builder.on_once(*event_type, inbox.clone(), move |event: RabbitEvent<Order>| effect(event.id))
-            })
-            .build()?;
+        let builder = RabbitListener::builder(Self::listener_config(&self.url, names));
+        let listener = once_each(builder, event_types, &inbox, &effect).build()?;
         note_duplicates(listener.outcomes(), duplicate);
         let listening = Listening::spawn(|shutdown| async move { listener.run(shutdown).await });
         self.await_queue(&names.consumer).await?;
