@@ -381,15 +381,23 @@ async fn scenario<T: EnvelopeBroker>(
         assert_eq!(committed.get(id), Some(order), "{test}: {id} did not round-trip");
         assert_eq!(payload_type.as_deref(), Some(PAYLOAD_TYPE), "{test}: {id}'s payload type");
     }
-    let applied: BTreeSet<Uuid> = running
-        .outcomes()
-        .iter()
-        .filter_map(|outcome| match outcome {
-            Outcome::Applied { id } => Some(*id),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(applied, committed_ids, "{test}: the listener reported each committed event applied");
+    // A listener reports an outcome after it settled the message, a moment after the effect.
+    let applied = || -> BTreeSet<Uuid> {
+        running
+            .outcomes()
+            .iter()
+            .filter_map(|outcome| match outcome {
+                Outcome::Applied { id } => Some(*id),
+                _ => None,
+            })
+            .collect()
+    };
+    eventually("every committed event reported applied", WAIT, || async { Ok(applied() == committed_ids) })
+        .await
+        .map_err(|error| {
+            fail(format!("{test}: {}; applied {:?}", error.message().unwrap_or_default(), applied()))
+        })?;
+    assert_eq!(applied(), committed_ids, "{test}: the listener reported each committed event applied");
 
     // Re-drive copies of delivered events: the inbox answers them, the effect does not run again.
     let copies: Vec<OutboundMessage> =
