@@ -208,7 +208,9 @@ impl Dialect for OraDialect {
         // commits on its own in Oracle.
         self.db
             .run(context, move |connection| {
-                let wanted = [plan.outbox, plan.dlq, plan.inbox, plan.jobs, plan.outbox, plan.inbox];
+                // One flag per migration: the length is the migrations', so a new file cannot be left out.
+                let wanted: [bool; crate::statements::MIGRATIONS.len()] =
+                    [plan.outbox, plan.dlq, plan.inbox, plan.jobs, plan.outbox, plan.inbox];
                 for (block, wanted) in statements.schema.iter().zip(wanted) {
                     if wanted {
                         connection.execute(block, &[]).context(context)?;

@@ -125,6 +125,24 @@ dao_cases! {
         Ok(())
     }
 
+    async fn inbox_clean_up_spares_a_claim_taken_over_after_the_ttl(harness, dialect) {
+        // A claim made before the clean-up TTL and taken over now is a new claim: deleting it
+        // mid-effect would let a third delivery claim the id afresh and run the effect again.
+        let inbox = dialect.inbox_dao();
+        let id = Uuid::now_v7();
+        let InboxClaim::Taken(_) = inbox.claim("mailer", id, HOUR).await.map_err(fail)? else {
+            return Err(fail("a new id is taken"));
+        };
+        harness.backdate(dialect, AgedTable::Consumed, &[id], TWO_HOURS).await.map_err(fail)?;
+        let InboxClaim::Taken(fresh) = inbox.claim("mailer", id, HOUR).await.map_err(fail)? else {
+            return Err(fail("a claim older than the lease is taken over"));
+        };
+        assert_eq!(inbox.delete_older_than(HOUR, 10).await.map_err(fail)?, 0, "the taken-over claim is young");
+        assert_eq!(inbox.claim("mailer", id, HOUR).await.map_err(fail)?, InboxClaim::Held);
+        assert!(inbox.finish("mailer", id, fresh).await.map_err(fail)?);
+        Ok(())
+    }
+
     async fn create_schema_adds_claims_to_an_older_inbox_table(harness, dialect) {
         // An inbox table as an oncebox without migration 0006 left it, holding a record.
         for column in ["locked_at", "claim_token", "status"] {
