@@ -135,8 +135,13 @@ impl ListenerContext {
     fn pause(&self, consumer: &impl Consumer<Self>, key: &PartitionKey, offset: i64, queued: usize) {
         // Recorded before the call and kept even when librdkafka refuses it, so a resume is always
         // attempted: resuming a partition that is not paused changes nothing.
-        if !lock(&self.paused).insert(key.clone()) {
-            return;
+        {
+            let mut paused = lock(&self.paused);
+            // A full queue asks again with every record; the key is copied only the first time.
+            if paused.contains(key) {
+                return;
+            }
+            paused.insert(key.clone());
         }
         let (topic, partition) = (&key.0, key.1);
         match consumer.pause(&partition_list(topic, partition)) {
@@ -409,7 +414,8 @@ impl KafkaListener {
             }
             // Not raced against `stopping`: a record in hand is handled and settled first.
             let fresh = Hold { record, attempts: 0, retry_at: None, queued: VecDeque::new() };
-            self.run_partition(consumer, key, fresh, &mut holds, committed).await;
+            // A partition without a hold was never paused by this consumer: nothing to resume.
+            self.run_partition(consumer, key, fresh, false, &mut holds, committed).await;
         }
     }
 
@@ -422,6 +428,7 @@ impl KafkaListener {
         consumer: &ListenerConsumer,
         key: PartitionKey,
         hold: Hold,
+        was_held: bool,
         holds: &mut HashMap<PartitionKey, Hold>,
         committed: &mut HashMap<PartitionKey, i64>,
     ) {
@@ -447,7 +454,9 @@ impl KafkaListener {
         // If it was paused, librdkafka resumes fetching after the last record it handed out,
         // which is the last one queued here, so nothing is skipped; a record fetched twice is
         // skipped by offset.
-        consumer.context().resume(consumer, &key);
+        if was_held {
+            consumer.context().resume(consumer, &key);
+        }
     }
 
     /// Runs again every held record whose backoff has passed.
@@ -465,7 +474,7 @@ impl KafkaListener {
             .collect();
         for key in due {
             if let Some(hold) = holds.remove(&key) {
-                self.run_partition(consumer, key, hold, holds, committed).await;
+                self.run_partition(consumer, key, hold, true, holds, committed).await;
             }
         }
     }
