@@ -222,8 +222,8 @@ fn resolve_outbox(raw: &RawOutbox) -> Result<OutboxConfig> {
                 })
             };
             batch_size(shared_batch, &format!("{OUTBOX}.dlq"))?;
-            let re_drive_key = format!("{OUTBOX}.dlq.re-drive-max-age");
-            let re_drive_max_age = setting(dlq.re_drive_max_age, &re_drive_key, DEFAULT_RE_DRIVE_MAX_AGE)?;
+            let re_drive_key = crate::dlq::RE_DRIVE_MAX_AGE_KEY;
+            let re_drive_max_age = setting(dlq.re_drive_max_age, re_drive_key, DEFAULT_RE_DRIVE_MAX_AGE)?;
             if re_drive_max_age.is_zero() {
                 return Err(Error::config(re_drive_key, "must be greater than 0"));
             }
