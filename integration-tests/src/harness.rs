@@ -1448,7 +1448,7 @@ async fn outbox_rows<D: Dialect>(dialect: &D, ids: &[Uuid]) -> String {
 
 /// Deliveries whose handler finished (applied or duplicate), by event id.
 async fn finished<S: Store>(dialect: &S::Dialect, table: &str) -> Result<HashMap<String, i64>> {
-    Ok(S::deliveries(dialect, table, true).await?.into_iter().collect())
+    Ok(S::finished_deliveries(dialect, table).await?.into_iter().collect())
 }
 
 /// The ledger of the run as its tables stand.

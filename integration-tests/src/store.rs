@@ -180,8 +180,8 @@ pub trait Store: Sized + Send + Sync + 'static {
         outcome: &str,
     ) -> impl Future<Output = Result<()>> + Send;
 
-    /// Creates an effects table of its own for a second consumer of the run (no key, as the
-    /// first one's).
+    /// Creates an effects table (no key, so an effect applied twice shows in the count): the
+    /// run's own, and one for each further consumer.
     fn create_effects_table(dialect: &Self::Dialect, table: &str) -> impl Future<Output = Result<()>> + Send;
 
     /// Deliveries that ran or may have run the effect (noted `applied`, or never noted: the
@@ -205,12 +205,10 @@ pub trait Store: Sized + Send + Sync + 'static {
         table: &str,
     ) -> impl Future<Output = Result<Vec<(String, String, i64)>>> + Send;
 
-    /// Deliveries by event id: `(event id, deliveries)`; with `finished`, only those whose handler
-    /// noted an outcome.
-    fn deliveries(
+    /// Deliveries whose handler noted an outcome, by event id: `(event id, deliveries)`.
+    fn finished_deliveries(
         dialect: &Self::Dialect,
         table: &str,
-        finished: bool,
     ) -> impl Future<Output = Result<Vec<(String, i64)>>> + Send;
 
     /// Writes the effect row of event `id` with no inbox check at all: the deliberately broken
@@ -265,17 +263,13 @@ macro_rules! sql_store_operations {
         type Dialect = $dialect;
 
         async fn create_business_tables(&self, dialect: &$dialect, names: &Names) -> Result<()> {
-            for statement in [
-                format!("CREATE TABLE {} (id BIGINT PRIMARY KEY, total_cents BIGINT NOT NULL)", names.orders),
-                // No key on purpose: an effect applied twice must show up in the count.
-                format!("CREATE TABLE {} (event_id VARCHAR(36) NOT NULL)", names.effects),
-            ] {
-                sqlx::raw_sql(AssertSqlSafe(statement))
-                    .execute(dialect.pool())
-                    .await
-                    .map_err(database_error("creating the business tables"))?;
-            }
-            Ok(())
+            let orders =
+                format!("CREATE TABLE {} (id BIGINT PRIMARY KEY, total_cents BIGINT NOT NULL)", names.orders);
+            sqlx::raw_sql(AssertSqlSafe(orders))
+                .execute(dialect.pool())
+                .await
+                .map_err(database_error("creating the business tables"))?;
+            Self::create_effects_table(dialect, &names.effects).await
         }
 
         async fn place(
@@ -428,6 +422,7 @@ macro_rules! sql_store_operations {
         }
 
         async fn create_effects_table(dialect: &$dialect, table: &str) -> Result<()> {
+            // No key on purpose: an effect applied twice must show up in the count.
             sqlx::raw_sql(AssertSqlSafe(format!("CREATE TABLE {table} (event_id VARCHAR(36) NOT NULL)")))
                 .execute(dialect.pool())
                 .await
@@ -468,9 +463,8 @@ macro_rules! sql_store_operations {
                 .map_err(database_error("counting deliveries by outcome"))
         }
 
-        async fn deliveries(dialect: &$dialect, table: &str, finished: bool) -> Result<Vec<(String, i64)>> {
-            let only = if finished { " WHERE outcome IS NOT NULL" } else { "" };
-            let sql = format!("SELECT event_id, COUNT(*) FROM {table}{only} GROUP BY event_id");
+        async fn finished_deliveries(dialect: &$dialect, table: &str) -> Result<Vec<(String, i64)>> {
+            let sql = format!("SELECT event_id, COUNT(*) FROM {table} WHERE outcome IS NOT NULL GROUP BY event_id");
             sqlx::query_as(AssertSqlSafe(sql))
                 .fetch_all(dialect.pool())
                 .await
