@@ -85,40 +85,8 @@ pub trait DlqDao: Send + Sync {
     /// ([`dlq::check_re_drive`](crate::dlq::check_re_drive)). Reads no payloads.
     ///
     /// The dialects answer with one aggregate statement on the database's clock, the clock that
-    /// wrote `created_at`. The default reads the rows ([`get`](Self::get) per id,
-    /// [`list`](Self::list) pages for a type) and uses this process's clock.
-    async fn older_than(&self, selection: &DlqSelection, age: Duration) -> Result<OlderEvents> {
-        let now = chrono::Utc::now();
-        let older = |event: &DlqEvent| {
-            let written = (now - event.event.created_at).to_std().unwrap_or_default();
-            let counted = event.dlq_status != DlqStatus::InProcess && written > age;
-            OlderEvents { count: u64::from(counted), oldest_age: counted.then_some(written) }
-        };
-        let mut found = OlderEvents::default();
-        match selection {
-            DlqSelection::Ids(ids) => {
-                for id in ids {
-                    if let Some(event) = self.get(*id).await? {
-                        found = found.and(older(&event));
-                    }
-                }
-            }
-            DlqSelection::EventType(event_type) => {
-                let filter = DlqFilter { status: None, event_type: Some(event_type.clone()) };
-                let page = crate::dlq::MAX_PAGE;
-                let mut offset = 0;
-                loop {
-                    let events = self.list(&filter, offset, page).await?;
-                    found = events.iter().fold(found, |found, event| found.and(older(event)));
-                    if events.len() < page as usize {
-                        break;
-                    }
-                    offset += u64::from(page);
-                }
-            }
-        }
-        Ok(found)
-    }
+    /// wrote `created_at`.
+    async fn older_than(&self, selection: &DlqSelection, age: Duration) -> Result<OlderEvents>;
 
     /// Row counts per type and DLQ status.
     async fn counts(&self) -> Result<DlqCounts>;

@@ -262,6 +262,24 @@ mod tests {
         async fn counts(&self) -> Result<DlqCounts> {
             Ok(DlqCounts::default())
         }
+        async fn older_than(&self, selection: &DlqSelection, age: Duration) -> Result<OlderEvents> {
+            let now = Utc::now();
+            let selected = |event: &DlqEvent| match selection {
+                DlqSelection::Ids(ids) => ids.contains(&event.event.id),
+                DlqSelection::EventType(event_type) => &event.event.event_type == event_type,
+            };
+            Ok(self.events().iter().filter(|event| selected(event)).fold(
+                OlderEvents::default(),
+                |found, event| {
+                    let written = (now - event.event.created_at).to_std().unwrap_or_default();
+                    let counted = event.dlq_status != DlqStatus::InProcess && written > age;
+                    found.and(OlderEvents {
+                        count: u64::from(counted),
+                        oldest_age: counted.then_some(written),
+                    })
+                },
+            ))
+        }
     }
 
     #[tokio::test]
