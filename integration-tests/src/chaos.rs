@@ -351,10 +351,13 @@ async fn relay<S: Store, T: Transport>(file: &ChaosFile, drop_sends: bool) -> Re
     if file.oncebox.outbox.is_none() {
         return Err(Error::config("oncebox.outbox", "a relay needs the outbox section"));
     }
+    // First, so that a freeze request never meets SIGUSR1's default action (the end of the process).
+    let freeze = FreezeRequest::listen()?;
     let mut sender = transport::<T>()?.sender()?;
     if drop_sends {
         sender = Arc::new(DroppingSender { inner: sender });
     }
+    let sender: Arc<dyn Sender> = Arc::new(FreezingSender { inner: sender, freeze });
     let outbox = Oncebox::builder(file.oncebox.clone())
         .dialect(store::<S>(&names)?.open().await?)
         .sender_arc(sender)
@@ -380,6 +383,107 @@ async fn relay<S: Store, T: Transport>(file: &ChaosFile, drop_sends: bool) -> Re
         return Err(Error::new(ErrorKind::Other, format!("the engine failed: {reason}")));
     }
     shutdown
+}
+
+/// How long a freeze request ([`FREEZE_SIGNAL`]) stays valid: a relay that sent nothing within it
+/// ignores it, so a request the harness gave up on (and replaced by a plain SIGSTOP) can never
+/// freeze the relay later, with nobody to continue it.
+pub const FREEZE_REQUEST_VALID: Duration = Duration::from_secs(2);
+
+/// The signal that asks a relay to stop itself right after its next send of a claimed batch, before
+/// the batch is settled: the harness's aimed relay stop. Stopped there, the relay holds a claim the
+/// broker has already acknowledged; the other relay recovers and re-sends the rows, and the late
+/// settle, once the relay is continued, must meet the claim-token fence (a refused settle).
+pub const FREEZE_SIGNAL: &str = "-USR1";
+
+/// The time of the last freeze request, in milliseconds since the relay started (0: none).
+#[derive(Clone)]
+struct FreezeRequest {
+    started: std::time::Instant,
+    requested_at: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl FreezeRequest {
+    /// Installs the [`FREEZE_SIGNAL`] handler.
+    fn listen() -> Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut requests = signal(SignalKind::user_defined1())
+            .map_err(|error| plumbing("listening for freeze requests (SIGUSR1)", error))?;
+        let request = Self { started: std::time::Instant::now(), requested_at: Arc::default() };
+        let noted = request.clone();
+        tokio::spawn(async move {
+            while requests.recv().await.is_some() {
+                noted.requested_at.store(noted.now().max(1), std::sync::atomic::Ordering::SeqCst);
+            }
+        });
+        Ok(request)
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Takes a request made within [`FREEZE_REQUEST_VALID`], if there is one.
+    fn take(&self) -> bool {
+        let at = self.requested_at.swap(0, std::sync::atomic::Ordering::SeqCst);
+        let valid = u64::try_from(FREEZE_REQUEST_VALID.as_millis()).unwrap_or(u64::MAX);
+        at > 0 && self.now().saturating_sub(at) <= valid
+    }
+}
+
+/// Every relay's sender: the real one, and after a send that answers a freeze request the process
+/// stops itself (`kill -STOP` on its own pid) before the engine can settle the batch.
+struct FreezingSender {
+    inner: Arc<dyn Sender>,
+    freeze: FreezeRequest,
+}
+
+impl Sender for FreezingSender {
+    fn send<'s, 'b, 'f>(
+        &'s self,
+        batch: &'b [OutboundMessage],
+        deadline: Deadline,
+    ) -> Pin<Box<dyn Future<Output = Vec<Result<(), SendError>>> + Send + 'f>>
+    where
+        's: 'f,
+        'b: 'f,
+        Self: 'f,
+    {
+        Box::pin(async move {
+            let results = self.inner.send(batch, deadline).await;
+            if !batch.is_empty() && self.freeze.take() {
+                eprintln!(
+                    "chaos_relay: freezing after sending {} events, before settling them (first {})",
+                    batch.len(),
+                    batch.first().map(|message| message.id.to_string()).unwrap_or_default()
+                );
+                // The `kill` child stops this process; its status arrives once the harness continues us.
+                let stopped = tokio::process::Command::new("kill")
+                    .arg("-STOP")
+                    .arg(std::process::id().to_string())
+                    .status()
+                    .await;
+                eprintln!("chaos_relay: continued after the freeze ({stopped:?})");
+            }
+            results
+        })
+    }
+
+    fn adopt_emergency_timeout(&self, timeout: Duration) -> Result<()> {
+        self.inner.adopt_emergency_timeout(timeout)
+    }
+
+    fn transport(&self) -> Option<TransportKind> {
+        self.inner.transport()
+    }
+
+    fn flush<'s, 'f>(&'s self, timeout: Duration) -> Pin<Box<dyn Future<Output = Result<()>> + Send + 'f>>
+    where
+        's: 'f,
+        Self: 'f,
+    {
+        self.inner.flush(timeout)
+    }
 }
 
 /// The deliberately broken relay's sender: the events [`dropped_by_a_broken_relay`] names are

@@ -31,9 +31,10 @@ use std::time::{Duration, Instant};
 use oncebox::{Dialect, Publisher, Result};
 use uuid::Uuid;
 
+use crate::blackhole::Blackhole;
 use crate::chaos::{
-    BROKEN_VARIABLE, Broker, DROP_SENDS_VARIABLE, Database, FAILED, Flavour, HandlerFailures, RelayStats,
-    dropped_by_a_broken_relay, effects_in_doubt, left_in_flight,
+    BROKEN_VARIABLE, Broker, DROP_SENDS_VARIABLE, Database, FAILED, FREEZE_REQUEST_VALID, FREEZE_SIGNAL,
+    Flavour, HandlerFailures, RelayStats, dropped_by_a_broken_relay, effects_in_doubt, left_in_flight,
 };
 use crate::servers::{PrivateKafka, PrivateMariadb, PrivatePostgres, RabbitApp};
 use crate::{EVENT_TYPE, Ledger, Names, Order, Placed, Store, Transport, copies_of, fresh_name, plumbing};
@@ -52,8 +53,11 @@ pub fn event_type_of(order: &Order) -> &'static str {
 }
 
 /// How long after the stuck threshold a stopped relay stays stopped: past the next recovery run
-/// (stuck recovery is polled every 0.5–1 s).
-const STOPPED_PAST_STUCK: Duration = Duration::from_secs(2);
+/// (stuck recovery is polled every 0.5–1 s), also when the relay froze as late as its freeze
+/// request allows ([`FREEZE_REQUEST_VALID`]).
+const STOPPED_PAST_STUCK: Duration = Duration::from_secs(4);
+/// How long a stopped consumer stays stopped after the broker noticed its silence.
+const CONSUMER_STOPPED_PAST: Duration = Duration::from_secs(4);
 /// The engine's grace after a send's deadline (`SEND_OVERRUN_GRACE` of `oncebox-core`), for
 /// telling whether a profile's relays claim ahead.
 const SEND_OVERRUN_GRACE: Duration = Duration::from_secs(1);
@@ -93,8 +97,10 @@ impl Relaying {
 const INBOX_CONSUMER: &str = "effects";
 /// The inbox consumer name of a run's `on_once` consumers.
 const ONCE_INBOX_CONSUMER: &str = "once-effects";
-/// Consumer processes of a run.
+/// Consumer processes of a run (of each flavour).
 const CONSUMERS: usize = 2;
+/// The consumer slot of rebalance storms, after the others.
+const STORM_SLOT: usize = CONSUMERS;
 /// The bound on waiting for start-up steps (tables created, queue declared).
 const START_UP: Duration = Duration::from_secs(60);
 /// After the faults, the recovery fails when neither effects nor settled rows grew for this long.
@@ -134,6 +140,19 @@ pub struct Profile {
     /// Whether `on_once` consumers run beside the transactional ones, on a queue or group of
     /// their own, with their own ledger.
     pub once_consumers: bool,
+    /// SIGSTOPs of a consumer slot (its consumer of each flavour) for longer than the broker takes
+    /// to give a silent consumer's messages to another ([`Transport::SILENT_CONSUMER_NOTICED_AFTER`]),
+    /// then SIGCONT: the stopped consumer comes back to deliveries the other one took over.
+    pub consumer_stops: u64,
+    /// Blackholes of one relay's network path, alternately to its database and to its broker: a
+    /// TCP proxy of the harness ([`Blackhole`]) stops forwarding without closing anything, then
+    /// forwards again. A database path stays silent past the stuck threshold, so the other relay
+    /// recovers the rows and the late settles meet the fence.
+    pub path_blackholes: u64,
+    /// Rebalance storms: an extra consumer of each flavour joins and leaves gracefully
+    /// [`STORM_ROUNDS`] times in a row, each join and leave a rebalance of the group (on Kafka,
+    /// while partitions may be held at failing records).
+    pub rebalance_storms: u64,
 }
 
 /// The run `cargo test --workspace` makes on the shared servers: process faults only, so nothing
@@ -152,6 +171,9 @@ pub const SMOKE: Profile = Profile {
     relaying: Relaying::SEQUENTIAL,
     handler_failures: Some((30, 2)),
     once_consumers: true,
+    consumer_stops: 1,
+    path_blackholes: 1,
+    rebalance_storms: 1,
 };
 
 /// What `.ci/run` runs: about 17,000 events per pair, every kind of fault, claim-ahead on, both
@@ -170,6 +192,9 @@ pub const QUICK: Profile = Profile {
     relaying: Relaying::CLAIMING_AHEAD,
     handler_failures: Some((30, 1)),
     once_consumers: true,
+    consumer_stops: 1,
+    path_blackholes: 2,
+    rebalance_storms: 1,
 };
 
 /// The documented long run: about 100,000 events per pair, 20 relay kills, 3 broker restarts.
@@ -187,6 +212,9 @@ pub const FULL: Profile = Profile {
     relaying: Relaying::SEQUENTIAL,
     handler_failures: Some((30, 1)),
     once_consumers: true,
+    consumer_stops: 2,
+    path_blackholes: 4,
+    rebalance_storms: 2,
 };
 
 impl Profile {
@@ -287,8 +315,20 @@ pub struct Faults {
     pub relay_kills: u32,
     /// Consumers SIGKILLed.
     pub consumer_kills: u32,
-    /// Relays SIGSTOPped past the stuck threshold.
+    /// Relays stopped past the stuck threshold.
     pub relay_stops: u32,
+    /// Of those, the stops aimed at a held claim: the relay froze itself right after a send, before
+    /// its settle ([`FREEZE_SIGNAL`]). The others were plain SIGSTOPs, given when a relay sent
+    /// nothing within [`FREEZE_REQUEST_VALID`] of the request.
+    pub aimed_relay_stops: u32,
+    /// Consumer slots SIGSTOPped past the broker's consumer timeout.
+    pub consumer_stops: u32,
+    /// Blackholes of a relay's path to its database.
+    pub database_blackholes: u32,
+    /// Blackholes of a relay's path to its broker.
+    pub broker_blackholes: u32,
+    /// Extra consumers that joined and left in rebalance storms.
+    pub storm_members: u32,
     /// Broker pauses or restarts.
     pub broker_pauses: u32,
     /// Database restarts.
@@ -310,6 +350,8 @@ pub struct Report {
     pub ledgers: Vec<(Flavour, Ledger)>,
     /// Each relay process's counters, as its stats file last had them.
     pub relays: Vec<(String, RelayStats)>,
+    /// Relay processes running at once.
+    pub relay_slots: usize,
     /// The faults made.
     pub faults: Faults,
     /// Transactions whose commit answer was lost, and how many of them had committed.
@@ -346,6 +388,24 @@ impl Report {
         self.ledgers.iter().all(|(_, ledger)| ledger.holds())
     }
 
+    /// Settles the relays' claim-token fence refused.
+    pub fn refused_settles(&self) -> u64 {
+        self.relays.iter().map(|(_, stats)| stats.refused_settles).sum()
+    }
+
+    /// What the faults made must have shown besides the ledger, or `None`: a relay stopped while
+    /// it held a claim the broker had acknowledged (an aimed stop), with another relay running to
+    /// recover its rows, must have had its late settle refused by the fence.
+    pub fn fence_unshown(&self) -> Option<String> {
+        let aimed = self.faults.aimed_relay_stops;
+        (aimed > 0 && self.relay_slots > 1 && self.refused_settles() == 0).then(|| {
+            format!(
+                "{aimed} relays stopped while holding a sent batch, past the stuck threshold with another relay \
+                 running, yet no settle was refused: the claim-token fence was not shown"
+            )
+        })
+    }
+
     /// The broken guarantees of each flavour, or `no guarantee broken`.
     pub fn violations(&self) -> String {
         let broken: Vec<String> = self
@@ -359,7 +419,7 @@ impl Report {
 
     /// One Markdown table row per flavour's ledger.
     pub fn row(&self) -> String {
-        let refused: u64 = self.relays.iter().map(|(_, stats)| stats.refused_settles).sum();
+        let refused = self.refused_settles();
         let rows: Vec<String> = self
             .ledgers
             .iter()
@@ -396,7 +456,8 @@ impl Report {
         let mut text = format!(
             "{} {} (seed {}, {:.0?}, claim-ahead {}: emergency timeout {:?}, stuck after {:?}):\n{}\n{}\n\
              faults: {} relay kills, {} consumer kills (each also of the on_once consumer of its slot, when it runs), \
-             {} relay stops of {:?}, \
+             {} relay stops of {:?} ({} aimed: frozen after a send, before its settle), {} consumer stops, \
+             {} blackholes of a relay's database path and {} of its broker path, {} storm members joined and left, \
              {} broker pauses, {} database restarts; commits in doubt {} (committed {}), transactions failed \
              before commit {}; copies re-published {}; relay processes {}, events the broker acknowledged \
              {acknowledged}, rows recovered as stuck {recovered} (as each relay's stats file last had them)",
@@ -413,6 +474,11 @@ impl Report {
             faults.consumer_kills,
             faults.relay_stops,
             self.relaying.stop_for(),
+            faults.aimed_relay_stops,
+            faults.consumer_stops,
+            faults.database_blackholes,
+            faults.broker_blackholes,
+            faults.storm_members,
             faults.broker_pauses,
             faults.database_restarts,
             self.in_doubt.0,
@@ -507,8 +573,19 @@ impl PrivateDatabase {
     }
 }
 
+/// The blackhole proxies between one relay slot and its servers.
+#[derive(Default)]
+struct RelayPaths {
+    database: Option<Blackhole>,
+    broker: Option<Blackhole>,
+}
+
 /// The servers a run uses and the handles that break them.
 struct Servers {
+    /// Each relay slot's proxies, when the profile blackholes paths.
+    paths: Vec<RelayPaths>,
+    /// The paths a blackhole can cut on this pair.
+    blackholable: &'static [Path],
     /// The private database server, when the database restarts.
     database: Option<PrivateDatabase>,
     /// The private Kafka-protocol broker, when the broker pauses.
@@ -527,8 +604,14 @@ async fn run_pair<S: Store, T: Transport>(
     let started = Instant::now();
     let names = fresh_names();
     let mut notes = Vec::new();
-    let mut servers =
-        Servers { database: None, kafka: None, rabbit: RabbitApp::new(), variables: Vec::new() };
+    let mut servers = Servers {
+        paths: Vec::new(),
+        blackholable: &[],
+        database: None,
+        kafka: None,
+        rabbit: RabbitApp::new(),
+        variables: Vec::new(),
+    };
     if profile.database_restarts > 0 {
         match pair.database {
             Database::Postgres => {
@@ -602,6 +685,38 @@ async fn run_pair<S: Store, T: Transport>(
         configs.push(config);
     }
     let mut fleet = Fleet::new(configs, run.dir.clone(), options, servers.variables.clone(), S::RELAYS);
+    for role in [Role::Consumer, Role::OnceConsumer] {
+        fleet.role_variables.insert((role, None), T::consumer_variables(&variable));
+    }
+    if profile.path_blackholes > 0 {
+        let (paths, path_notes) = blackholable(pair);
+        notes.extend(path_notes);
+        servers.blackholable = paths;
+        for slot in 0..S::RELAYS {
+            let mut proxied = RelayPaths::default();
+            let mut overrides = Vec::new();
+            for &path in paths {
+                let name = match path {
+                    Path::Database => S::VARIABLE,
+                    Path::Broker => Some(T::VARIABLE),
+                };
+                let Some((name, url)) = name.and_then(|name| Some((name, variable(name)?))) else {
+                    return Err(plumbing(
+                        "blackholing a relay's path",
+                        format!("no server address for {path:?}"),
+                    ));
+                };
+                let (proxy, through) = proxied_url(&url).await?;
+                overrides.push((name, through));
+                match path {
+                    Path::Database => proxied.database = Some(proxy),
+                    Path::Broker => proxied.broker = Some(proxy),
+                }
+            }
+            fleet.role_variables.insert((Role::Relay, Some(slot)), overrides);
+            servers.paths.push(proxied);
+        }
+    }
     let dialect = store.open().await?;
 
     let driven =
@@ -766,7 +881,7 @@ fn fresh_names() -> Names {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Role {
     Relay,
     /// A transactional consumer; the schedule's consumer faults name these, and each also
@@ -785,6 +900,16 @@ impl Role {
     }
 }
 
+/// Environment variables handed to a process: name and value.
+type Variables = Vec<(&'static str, String)>;
+
+/// A network path of a relay that a blackhole can cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Path {
+    Database,
+    Broker,
+}
+
 /// One scheduled fault or its undoing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Action {
@@ -792,6 +917,13 @@ enum Action {
     Start(Role, usize),
     Stop(usize),
     Continue(usize),
+    StopConsumer(usize),
+    ContinueConsumer(usize),
+    Blackhole(Path, usize),
+    Forward(Path, usize),
+    /// The storm slot's consumers join the group, or leave it gracefully.
+    Join,
+    Leave,
     PauseBroker,
     ResumeBroker,
     StopDatabase,
@@ -811,20 +943,36 @@ fn spread(rng: &mut fastrand::Rng, window: u64, count: u64, within: (u64, u64), 
         .collect()
 }
 
-/// The fault schedule of `profile` for a run with `relays` relay processes, drawn from `seed`:
-/// offsets from the publisher's start. `restarts` says whether the database can restart; a killed
-/// consumer stays down at least `consumer_down`.
+/// What a run's servers and broker allow the schedule to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Abilities {
+    /// Relay processes.
+    relays: usize,
+    /// Whether the database can restart (a private server).
+    restarts: bool,
+    /// How long a killed consumer stays down at least.
+    consumer_down: Duration,
+    /// How long a consumer is stopped: past the broker's consumer timeout.
+    consumer_stopped: Duration,
+    /// The relay paths a blackhole can cut (none on SQLite's, which is no network).
+    paths: &'static [Path],
+}
+
+/// The joins and leaves of one rebalance storm.
+pub const STORM_ROUNDS: u64 = 3;
+/// How long a storm's extra consumer stays in the group before it leaves, and out before it joins
+/// again: long enough for the group to rebalance each time.
+const STORM_STEP: Duration = Duration::from_millis(2_500);
+
+/// The fault schedule of `profile` on a run with `abilities`, drawn from `seed`: offsets from the
+/// publisher's start.
 ///
 /// Each kind of fault has its own equal segments of the window, one fault per segment, so counts
 /// are exact and a slot is never killed twice before its restart; a relay kill never meets a stop
-/// of the same relay (it takes the other relay, or waits until the stopped one is continued).
-fn schedule(
-    profile: &Profile,
-    seed: u64,
-    relays: usize,
-    restarts: bool,
-    consumer_down: Duration,
-) -> Vec<(Duration, Action)> {
+/// of the same relay (it takes the other relay, or waits until the stopped one is continued), and
+/// a consumer stop never meets a kill of the same slot.
+fn schedule(profile: &Profile, seed: u64, abilities: Abilities) -> Vec<(Duration, Action)> {
+    let Abilities { relays, restarts, consumer_down, .. } = abilities;
     let mut rng = fastrand::Rng::with_seed(seed);
     let window = u64::try_from(profile.window.as_millis()).unwrap_or(u64::MAX);
     let stop_for = u64::try_from(profile.relaying.stop_for().as_millis()).unwrap_or(u64::MAX);
@@ -860,11 +1008,60 @@ fn schedule(
         plan.push((at, Action::Kill(Role::Relay, slot)));
         plan.push((back, Action::Start(Role::Relay, slot)));
     }
+    let mut consumer_kills: Vec<(u64, u64, usize)> = Vec::new();
     for at in spread(&mut rng, window, profile.consumer_kills, (200, 500), 0) {
         let back = at + rng.u64(300..2_000).max(u64::try_from(consumer_down.as_millis()).unwrap_or(u64::MAX));
         let slot = rng.usize(0..CONSUMERS);
+        consumer_kills.push((at, back, slot));
         plan.push((at, Action::Kill(Role::Consumer, slot)));
         plan.push((back, Action::Start(Role::Consumer, slot)));
+    }
+    let stopped = u64::try_from(abilities.consumer_stopped.as_millis()).unwrap_or(u64::MAX);
+    for mut at in spread(&mut rng, window, profile.consumer_stops, (100, 400), stopped) {
+        // A slot that is down (or comes down) meanwhile cannot be stopped: the other slot, or later.
+        let meets = |slot: usize, at: u64| {
+            consumer_kills
+                .iter()
+                .filter(|&&(from, to, killed)| killed == slot && at <= to + 500 && from <= at + stopped + 500)
+                .map(|&(_, to, _)| to)
+                .max()
+        };
+        let mut slot = rng.usize(0..CONSUMERS);
+        loop {
+            match (meets(slot, at), meets((slot + 1) % CONSUMERS, at)) {
+                (None, _) => break,
+                (Some(_), None) => {
+                    slot = (slot + 1) % CONSUMERS;
+                    break;
+                }
+                (Some(to), Some(_)) => at = to + 600,
+            }
+        }
+        plan.push((at, Action::StopConsumer(slot)));
+        plan.push((at + stopped, Action::ContinueConsumer(slot)));
+    }
+    if !abilities.paths.is_empty() {
+        let blackholes = spread(&mut rng, window, profile.path_blackholes, (100, 500), stop_for + 1_000);
+        for (index, at) in blackholes.into_iter().enumerate() {
+            let path = abilities.paths[index % abilities.paths.len()];
+            // A database path stays silent past the stuck threshold; a broker path past the send's
+            // emergency timeout, so sends time out and are retried.
+            let lasting = match path {
+                Path::Database => stop_for,
+                Path::Broker => rng.u64(3_000..6_000),
+            };
+            let slot = rng.usize(0..relays);
+            plan.push((at, Action::Blackhole(path, slot)));
+            plan.push((at + lasting, Action::Forward(path, slot)));
+        }
+    }
+    let step = u64::try_from(STORM_STEP.as_millis()).unwrap_or(u64::MAX);
+    let storm = step * STORM_ROUNDS * 2;
+    for at in spread(&mut rng, window, profile.rebalance_storms, (100, 400), storm) {
+        for round in 0..STORM_ROUNDS {
+            plan.push((at + round * 2 * step, Action::Join));
+            plan.push((at + round * 2 * step + step, Action::Leave));
+        }
     }
     for at in spread(&mut rng, window, profile.broker_pauses, (200, 600), 8_000) {
         plan.push((at, Action::PauseBroker));
@@ -891,9 +1088,15 @@ struct Fleet {
     sabotage: Sabotage,
     binaries: Binaries,
     variables: Vec<(&'static str, String)>,
+    /// Variables for one role, or one relay slot, over the shared ones: the relays' addresses
+    /// through their blackhole proxies, the consumers' broker address with a short heartbeat.
+    role_variables: HashMap<(Role, Option<usize>), Variables>,
     relays: Vec<Option<Child>>,
+    /// The consumers of each slot, then the storm slot ([`STORM_SLOT`]).
     consumers: Vec<Option<Child>>,
     once_consumers: Vec<Option<Child>>,
+    /// Storm consumers told to leave (their standard input closed), reaped when they are gone.
+    leaving: Vec<Child>,
     /// The process ids of the consumers SIGKILLed.
     killed_consumers: HashSet<u32>,
     started: usize,
@@ -908,16 +1111,18 @@ impl Fleet {
         variables: Vec<(&'static str, String)>,
         relays: usize,
     ) -> Self {
-        let once = if configs.len() > 1 { CONSUMERS } else { 0 };
+        let once = if configs.len() > 1 { CONSUMERS + 1 } else { 0 };
         Self {
             configs,
             logs,
             sabotage: options.sabotage,
             binaries: options.binaries.clone(),
             variables,
+            role_variables: HashMap::new(),
             relays: (0..relays).map(|_| None).collect(),
-            consumers: (0..CONSUMERS).map(|_| None).collect(),
+            consumers: (0..=CONSUMERS).map(|_| None).collect(),
             once_consumers: (0..once).map(|_| None).collect(),
+            leaving: Vec::new(),
             killed_consumers: HashSet::new(),
             started: 0,
             faults: Faults::default(),
@@ -970,7 +1175,9 @@ impl Fleet {
             }
             _ => {}
         }
-        for (variable, value) in &self.variables {
+        let own = [(role, None), (role, Some(slot))];
+        let own = own.iter().filter_map(|key| self.role_variables.get(key)).flatten();
+        for (variable, value) in self.variables.iter().chain(own) {
             command.env(variable, value);
         }
         let child =
@@ -996,26 +1203,75 @@ impl Fleet {
         Ok(())
     }
 
-    /// Sends `-STOP` or `-CONT` to relay `slot` through the `kill` command.
-    fn signal_relay(&mut self, slot: usize, signal: &str) -> Result<()> {
-        let Some(child) = self.slot(Role::Relay, slot)?.as_ref() else {
-            return Err(plumbing("the fleet", format!("relay {slot} is not running")));
+    /// Sends `signal` (`-STOP`, `-CONT`, …) to the process in `role`'s `slot` through the `kill`
+    /// command; returns its process id.
+    fn signal(&mut self, role: Role, slot: usize, signal: &str) -> Result<u32> {
+        let Some(child) = self.slot(role, slot)?.as_ref() else {
+            return Err(plumbing("the fleet", format!("{} {slot} is not running", role.name())));
         };
+        let pid = child.id();
         let status = Command::new("kill")
             .arg(signal)
-            .arg(child.id().to_string())
+            .arg(pid.to_string())
             .status()
             .map_err(|error| plumbing(&format!("kill {signal}"), error))?;
         if !status.success() {
-            return Err(plumbing(&format!("kill {signal} relay {slot}"), status));
+            return Err(plumbing(&format!("kill {signal} {} {slot}", role.name()), status));
         }
-        if signal == "-STOP" {
-            self.faults.relay_stops += 1;
+        Ok(pid)
+    }
+
+    /// Stops relay `slot` where it holds a claim the broker acknowledged: asks it to freeze itself
+    /// after its next send ([`FREEZE_SIGNAL`]) and waits until it has; a relay that sent nothing
+    /// meanwhile (its request has expired then) gets a plain SIGSTOP.
+    async fn freeze_relay(&mut self, slot: usize) -> Result<()> {
+        let pid = self.signal(Role::Relay, slot, FREEZE_SIGNAL)?;
+        let deadline = tokio::time::Instant::now() + FREEZE_REQUEST_VALID + Duration::from_millis(500);
+        let aimed = loop {
+            if process_stopped(pid) {
+                break true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                break false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        if !aimed {
+            self.signal(Role::Relay, slot, "-STOP")?;
+        }
+        self.faults.relay_stops += 1;
+        self.faults.aimed_relay_stops += u32::from(aimed);
+        Ok(())
+    }
+
+    /// Stops or continues consumer slot `slot` (its consumer of each flavour).
+    fn signal_consumers(&mut self, slot: usize, signal: &str) -> Result<()> {
+        self.signal(Role::Consumer, slot, signal)?;
+        if self.runs_once() {
+            self.signal(Role::OnceConsumer, slot, signal)?;
         }
         Ok(())
     }
 
+    /// The storm slot's consumers leave: their standard input is closed, so each shuts down as on
+    /// SIGTERM (a Kafka member leaves its group), and they are reaped once gone.
+    fn leave(&mut self) -> Result<()> {
+        for role in [Role::Consumer, Role::OnceConsumer] {
+            if role == Role::OnceConsumer && !self.runs_once() {
+                continue;
+            }
+            let Some(mut child) = self.slot(role, STORM_SLOT)?.take() else {
+                return Err(plumbing("the fleet", format!("the storm's {} is not running", role.name())));
+            };
+            drop(child.stdin.take());
+            self.leaving.push(child);
+        }
+        self.leaving.retain_mut(|child| !matches!(child.try_wait(), Ok(Some(_))));
+        Ok(())
+    }
+
     /// Fails when a process exited that the schedule did not kill, with the end of its log.
+    /// (A storm consumer told to leave is no longer in a slot.)
     fn check_alive(&mut self) -> Result<()> {
         for role in [Role::Relay, Role::Consumer, Role::OnceConsumer] {
             for slot in 0..self.slots(role).len() {
@@ -1060,6 +1316,7 @@ impl Drop for Fleet {
             .chain(self.consumers.iter_mut())
             .chain(self.once_consumers.iter_mut())
             .flatten()
+            .chain(self.leaving.iter_mut())
         {
             let _ = child.kill();
             let _ = child.wait();
@@ -1067,7 +1324,82 @@ impl Drop for Fleet {
     }
 }
 
+/// The relay paths a blackhole can cut on `pair`, and what it cannot, said out loud.
+fn blackholable(pair: Pair) -> (&'static [Path], Vec<String>) {
+    let mut notes = Vec::new();
+    if pair.database == Database::Sqlite {
+        notes.push("database path blackholes on sqlite: an embedded database has no network path".to_owned());
+    }
+    if pair.broker == Broker::Kafka {
+        notes.push(
+            "broker path blackholes on kafka: clients connect to the address the broker advertises, which \
+             one proxy cannot split per relay; the broker pause (the private broker frozen, every \
+             connection open and silent) is that fault for every client at once"
+                .to_owned(),
+        );
+    }
+    let paths: &'static [Path] = match (pair.database, pair.broker) {
+        (Database::Sqlite, Broker::Kafka) => &[],
+        (Database::Sqlite, Broker::Rabbit) => &[Path::Broker],
+        (_, Broker::Kafka) => &[Path::Database],
+        (_, Broker::Rabbit) => &[Path::Database, Path::Broker],
+    };
+    (paths, notes)
+}
+
+/// A blackhole proxy in front of the server `url` names, and `url` with the proxy's address in
+/// place of the server's (`scheme://[user[:password]@]host[:port]/…`; a bare `host:port`, as a
+/// Kafka bootstrap, too).
+async fn proxied_url(url: &str) -> Result<(Blackhole, String)> {
+    let after_scheme = url.find("://").map_or(0, |at| at + 3);
+    let rest = &url[after_scheme..];
+    let authority_end = rest.find(['/', '?']).map_or(url.len(), |at| after_scheme + at);
+    let host_start =
+        url[after_scheme..authority_end].rfind('@').map_or(after_scheme, |at| after_scheme + at + 1);
+    let host_port = &url[host_start..authority_end];
+    let has_port = host_port.rsplit_once(':').is_some_and(|(_, port)| !port.contains(']'));
+    let target = if has_port {
+        host_port.to_owned()
+    } else {
+        let default = match &url[..after_scheme] {
+            "postgres://" | "postgresql://" => 5432,
+            "mysql://" | "mariadb://" => 3306,
+            "amqp://" => 5672,
+            _ => return Err(plumbing("proxying a server", format!("no port in {host_port:?}"))),
+        };
+        format!("{host_port}:{default}")
+    };
+    let address = tokio::net::lookup_host(&target)
+        .await
+        .map_err(|error| plumbing(&format!("resolving {target}"), error))?
+        .next()
+        .ok_or_else(|| plumbing("proxying a server", format!("{target} resolves to no address")))?;
+    let proxy =
+        Blackhole::start(address).await.map_err(|error| plumbing("starting a blackhole proxy", error))?;
+    let through = format!("{}{}{}", &url[..host_start], proxy.addr(), &url[authority_end..]);
+    Ok((proxy, through))
+}
+
+/// Whether process `pid` is stopped (state `T` in `/proc/<pid>/stat`, after the command name,
+/// which may itself hold spaces and parentheses).
+fn process_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('T')))
+        .unwrap_or(false)
+}
+
 impl Servers {
+    /// The proxy of relay `slot`'s `path`.
+    fn proxy(&self, path: Path, slot: usize) -> Result<&Blackhole> {
+        let paths = self.paths.get(slot);
+        let proxy = match path {
+            Path::Database => paths.and_then(|paths| paths.database.as_ref()),
+            Path::Broker => paths.and_then(|paths| paths.broker.as_ref()),
+        };
+        proxy.ok_or_else(|| plumbing("the fleet", format!("relay {slot} has no proxy for {path:?}")))
+    }
+
     async fn apply(&mut self, action: Action, fleet: &mut Fleet) -> Result<()> {
         match action {
             Action::Kill(Role::Consumer, slot) if fleet.runs_once() => {
@@ -1080,8 +1412,35 @@ impl Servers {
             }
             Action::Kill(role, slot) => fleet.kill(role, slot),
             Action::Start(role, slot) => fleet.start(role, slot),
-            Action::Stop(slot) => fleet.signal_relay(slot, "-STOP"),
-            Action::Continue(slot) => fleet.signal_relay(slot, "-CONT"),
+            Action::Stop(slot) => fleet.freeze_relay(slot).await,
+            Action::Continue(slot) => fleet.signal(Role::Relay, slot, "-CONT").map(drop),
+            Action::StopConsumer(slot) => {
+                fleet.signal_consumers(slot, "-STOP")?;
+                fleet.faults.consumer_stops += 1;
+                Ok(())
+            }
+            Action::ContinueConsumer(slot) => fleet.signal_consumers(slot, "-CONT"),
+            Action::Blackhole(path, slot) => {
+                self.proxy(path, slot)?.blackhole();
+                match path {
+                    Path::Database => fleet.faults.database_blackholes += 1,
+                    Path::Broker => fleet.faults.broker_blackholes += 1,
+                }
+                Ok(())
+            }
+            Action::Forward(path, slot) => {
+                self.proxy(path, slot)?.resume();
+                Ok(())
+            }
+            Action::Join => {
+                fleet.start(Role::Consumer, STORM_SLOT)?;
+                if fleet.runs_once() {
+                    fleet.start(Role::OnceConsumer, STORM_SLOT)?;
+                }
+                fleet.faults.storm_members += 1;
+                Ok(())
+            }
+            Action::Leave => fleet.leave(),
             Action::PauseBroker => {
                 match self.kafka.as_mut() {
                     Some(kafka) => kafka.pause()?,
@@ -1195,8 +1554,10 @@ async fn drive<S: Store, T: Transport>(
     for slot in 0..CONSUMERS {
         fleet.start(Role::Consumer, slot)?;
     }
-    for slot in 0..fleet.once_consumers.len() {
-        fleet.start(Role::OnceConsumer, slot)?;
+    if fleet.runs_once() {
+        for slot in 0..CONSUMERS {
+            fleet.start(Role::OnceConsumer, slot)?;
+        }
     }
     transport.await_listener(names).await?;
     if let Some((once, _)) = &run.once {
@@ -1223,8 +1584,14 @@ async fn drive<S: Store, T: Transport>(
         .collect();
 
     // The faults, on the publisher's clock.
-    let plan =
-        schedule(profile, seed, fleet.relays.len(), servers.database.is_some(), T::CONSUMER_DOWN_AT_LEAST);
+    let abilities = Abilities {
+        relays: fleet.relays.len(),
+        restarts: servers.database.is_some(),
+        consumer_down: T::CONSUMER_DOWN_AT_LEAST,
+        consumer_stopped: T::SILENT_CONSUMER_NOTICED_AFTER + CONSUMER_STOPPED_PAST,
+        paths: servers.blackholable,
+    };
+    let plan = schedule(profile, seed, abilities);
     let begin = tokio::time::Instant::now();
     for (at, action) in plan {
         tokio::time::sleep_until(begin + at).await;
@@ -1293,6 +1660,7 @@ async fn drive<S: Store, T: Transport>(
     .await;
     fleet.check_alive()?;
     let faults = fleet.faults;
+    let fleet_relays = fleet.relays.len();
     let report = |ledgers: Vec<(Flavour, Ledger)>, relays, copies, faults| Report {
         pair: run.pair,
         profile: profile.name,
@@ -1300,6 +1668,7 @@ async fn drive<S: Store, T: Transport>(
         seed,
         ledgers,
         relays,
+        relay_slots: fleet_relays,
         faults,
         in_doubt: (in_doubt, resolved_committed),
         failed_transactions: published.failed,
@@ -1364,6 +1733,22 @@ async fn drive<S: Store, T: Transport>(
         .await?;
         fleet.check_alive()?;
     }
+
+    // Duplicates are counted only once nothing is left to deliver: each flavour's queue empty, or
+    // its group's lag zero, so no redelivery still on its way is missed.
+    wait_while_progressing(|| async {
+        let mut backlogs = Vec::new();
+        for &flavour in &flavours {
+            backlogs.push(transport.backlog(run.of(flavour).0).await?);
+        }
+        Ok((backlogs.iter().all(|&backlog| backlog == 0), backlogs))
+    })
+    .await
+    .map_err(|error| {
+        error
+            .context("waiting for every queue to empty (RabbitMQ) or every group's lag to reach zero (Kafka)")
+    })?;
+    fleet.check_alive()?;
 
     let mut dead = dead_lettered.into_inner().map_err(|error| plumbing("the dead-lettered ids", error))?;
     for &flavour in &flavours {
@@ -1577,6 +1962,17 @@ mod tests {
         plan.iter().filter(|(_, action)| wanted(action)).count()
     }
 
+    /// What a pair with every fault allows, with `relays` relays and consumers down at least `down`.
+    fn abilities(relays: usize, down: Duration) -> Abilities {
+        Abilities {
+            relays,
+            restarts: true,
+            consumer_down: down,
+            consumer_stopped: Duration::from_secs(8),
+            paths: &[Path::Database, Path::Broker],
+        }
+    }
+
     #[test]
     fn a_commit_in_doubt_counts_as_the_business_table_says() {
         let order = |order| Order { order, total_cents: 1_000 };
@@ -1600,10 +1996,10 @@ mod tests {
     fn a_schedule_has_exactly_the_profiles_faults_and_repeats_from_its_seed() {
         for profile in [SMOKE, QUICK, FULL] {
             for relays in [1, 2] {
-                let plan = schedule(&profile, 42, relays, true, Duration::ZERO);
+                let plan = schedule(&profile, 42, abilities(relays, Duration::ZERO));
                 assert_eq!(
                     plan,
-                    schedule(&profile, 42, relays, true, Duration::ZERO),
+                    schedule(&profile, 42, abilities(relays, Duration::ZERO)),
                     "{}: same seed, same plan",
                     profile.name
                 );
@@ -1615,6 +2011,21 @@ mod tests {
                 assert_eq!(pauses as u64, profile.broker_pauses, "{}", profile.name);
                 let restarts = count(&plan, |action| matches!(action, Action::StopDatabase));
                 assert_eq!(restarts as u64, profile.database_restarts, "{}", profile.name);
+                let stops = count(&plan, |action| matches!(action, Action::StopConsumer(_)));
+                assert_eq!(stops as u64, profile.consumer_stops, "{}", profile.name);
+                let holes = count(&plan, |action| matches!(action, Action::Blackhole(..)));
+                assert_eq!(holes as u64, profile.path_blackholes, "{}", profile.name);
+                let database = count(&plan, |action| matches!(action, Action::Blackhole(Path::Database, _)));
+                assert_eq!(
+                    database as u64,
+                    profile.path_blackholes.div_ceil(2),
+                    "{}: alternating",
+                    profile.name
+                );
+                let joins = count(&plan, |action| matches!(action, Action::Join));
+                assert_eq!(joins as u64, profile.rebalance_storms * STORM_ROUNDS, "{}", profile.name);
+                let forwards = count(&plan, |action| matches!(action, Action::Forward(..)));
+                assert_eq!(forwards, holes, "{}: every blackhole ends", profile.name);
             }
         }
     }
@@ -1626,9 +2037,24 @@ mod tests {
             for seed in 0..200 {
                 let mut killed_at: Vec<Option<Duration>> = vec![None; CONSUMERS];
                 let mut kills = 0;
-                for (at, action) in schedule(&profile, seed, 2, true, down) {
+                let mut stopped: Vec<bool> = vec![false; CONSUMERS];
+                for (at, action) in schedule(&profile, seed, abilities(2, down)) {
                     match action {
+                        Action::StopConsumer(slot) => {
+                            assert!(
+                                killed_at[slot].is_none(),
+                                "{} seed {seed}: stop of a dead consumer",
+                                profile.name
+                            );
+                            stopped[slot] = true;
+                        }
+                        Action::ContinueConsumer(slot) => stopped[slot] = false,
                         Action::Kill(Role::Consumer, slot) => {
+                            assert!(
+                                !stopped[slot],
+                                "{} seed {seed}: kill of a stopped consumer",
+                                profile.name
+                            );
                             assert!(killed_at[slot].is_none(), "{} seed {seed}: killed twice", profile.name);
                             killed_at[slot] = Some(at);
                             kills += 1;
@@ -1660,7 +2086,7 @@ mod tests {
             [SMOKE, QUICK, FULL].into_iter().flat_map(|profile| (0..500).map(move |seed| (profile, seed)))
         {
             for relays in [1, 2] {
-                let plan = schedule(&profile, seed, relays, true, Duration::ZERO);
+                let plan = schedule(&profile, seed, abilities(relays, Duration::ZERO));
                 let mut stopped = vec![false; relays];
                 let mut running = vec![true; relays];
                 for (at, action) in plan {

@@ -615,6 +615,28 @@ impl Drop for RabbitApp {
     }
 }
 
+/// The messages of the RabbitMQ queue `queue` on the default virtual host, ready and
+/// unacknowledged alike (`rabbitmqctl list_queues name messages`; an AMQP passive declare counts
+/// only the ready ones).
+pub async fn rabbit_queue_messages(queue: &str) -> Result<u64> {
+    let mut command = tokio::process::Command::new("rabbitmqctl");
+    command.args(["list_queues", "--quiet", "--no-table-headers", "name", "messages"]);
+    let listed = run(command, RABBITMQCTL_LIMIT)
+        .await
+        .map_err(|failure| plumbing("counting a queue's messages with rabbitmqctl", failure))?;
+    let count = listed.lines().find_map(|line| {
+        let mut fields = line.split_whitespace();
+        (fields.next() == Some(queue)).then(|| fields.next().map(str::parse::<u64>))
+    });
+    match count {
+        Some(Some(Ok(count))) => Ok(count),
+        Some(_) => {
+            Err(plumbing("counting a queue's messages", format!("unreadable line for {queue} in {listed:?}")))
+        }
+        None => Err(plumbing("counting a queue's messages", format!("rabbitmqctl lists no queue {queue}"))),
+    }
+}
+
 /// Runs `rabbitmqctl <subcommand>`, at most [`RABBITMQCTL_LIMIT`].
 async fn rabbitmqctl(subcommand: &str) -> std::result::Result<String, String> {
     let mut command = tokio::process::Command::new("rabbitmqctl");

@@ -97,8 +97,8 @@ pub trait Store: Sized + Send + Sync + 'static {
     const NAME: &'static str;
     /// The variable naming the server, or `None` when the store needs no server.
     const VARIABLE: Option<&'static str>;
-    /// How many relay instances the suites run on one run's tables: two for servers, where each
-    /// instance has its own pool as a second process would; one for the single-process SQLite.
+    /// How many relay processes the chaos ledger runs on one run's tables: two, each with its own
+    /// pool (on SQLite, two processes on one file, whose claims take turns at its write lock).
     const RELAYS: usize;
 
     /// The store its server variable names, read through `variable` (the environment, or the
@@ -574,7 +574,7 @@ pub struct SqliteStore {
 impl Store for SqliteStore {
     const NAME: &'static str = "sqlite";
     const VARIABLE: Option<&'static str> = None;
-    const RELAYS: usize = 1;
+    const RELAYS: usize = 2;
 
     fn from_variables(_variable: &dyn Fn(&str) -> Option<String>, names: &Names) -> Option<Self> {
         Some(Self {

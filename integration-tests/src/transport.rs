@@ -39,6 +39,8 @@ const SESSION_TIMEOUT: Duration = Duration::from_secs(6);
 const SESSION_EXPIRY_MARGIN: Duration = Duration::from_secs(2);
 /// How often a Kafka listener tells the group it is alive, in milliseconds.
 const HEARTBEAT_INTERVAL_MS: &str = "1000";
+/// The AMQP heartbeat of the chaos consumers, in seconds (the URL's `heartbeat` parameter).
+const CONSUMER_HEARTBEAT_SECS: u64 = 2;
 /// How long a stalled run's probe waits for the broker to return a record.
 const PROBE_FETCH: Duration = Duration::from_secs(10);
 /// How long a set-up step (topic creation, queue declaration) may take.
@@ -155,6 +157,21 @@ pub trait Transport: Sized + Send + Sync + 'static {
 
     /// How long a killed consumer stays down before the chaos harness starts it again.
     const CONSUMER_DOWN_AT_LEAST: Duration = Duration::ZERO;
+
+    /// How long the broker takes at most to give a silent (stopped) consumer's unacknowledged
+    /// messages or partitions to another consumer, with [`Transport::consumer_variables`].
+    const SILENT_CONSUMER_NOTICED_AFTER: Duration;
+
+    /// Variables for the chaos consumers over the servers' own: on RabbitMQ, the broker address
+    /// with a short heartbeat, so that a stopped consumer is noticed in seconds.
+    fn consumer_variables(_variable: &dyn Fn(&str) -> Option<String>) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
+
+    /// What `names.consumer` has yet to finish: the RabbitMQ queue's messages, ready and
+    /// unacknowledged; or the Kafka group's lag, summed over the partitions (high watermark minus
+    /// committed offset). Zero once every delivery is acknowledged.
+    fn backlog(&self, names: &Names) -> impl Future<Output = Result<u64>> + Send;
 
     /// The transport its server variable names, read through `variable` (the environment, or the
     /// environment with a private broker's address in place of the shared one); `None` when the
@@ -286,6 +303,16 @@ impl Transport for KafkaTransport {
     /// waits for every listed member to rejoin instead; the delay is for the test broker only
     /// (docs/kafka.md).
     const CONSUMER_DOWN_AT_LEAST: Duration = SESSION_TIMEOUT.saturating_add(SESSION_EXPIRY_MARGIN);
+    /// The session timeout: a member that sent no heartbeat for so long is dropped from the group.
+    const SILENT_CONSUMER_NOTICED_AFTER: Duration = SESSION_TIMEOUT.saturating_add(SESSION_EXPIRY_MARGIN);
+
+    async fn backlog(&self, names: &Names) -> Result<u64> {
+        let (bootstrap, group, topic) =
+            (self.bootstrap.clone(), names.consumer.clone(), names.destination.clone());
+        tokio::task::spawn_blocking(move || kafka_lag(&bootstrap, &group, &topic))
+            .await
+            .map_err(|error| plumbing("reading the group's lag", error))?
+    }
 
     fn from_variables(variable: &dyn Fn(&str) -> Option<String>) -> Option<Self> {
         variable(Self::VARIABLE).map(|bootstrap| Self { bootstrap })
@@ -472,6 +499,20 @@ impl RabbitTransport {
 impl Transport for RabbitTransport {
     const NAME: &'static str = "rabbit";
     const VARIABLE: &'static str = "ONCEBOX_AMQP_URL";
+    /// RabbitMQ closes a connection after two heartbeat intervals without a frame, and gives its
+    /// unacknowledged messages to other consumers.
+    const SILENT_CONSUMER_NOTICED_AFTER: Duration = Duration::from_secs(CONSUMER_HEARTBEAT_SECS * 2);
+
+    fn consumer_variables(variable: &dyn Fn(&str) -> Option<String>) -> Vec<(&'static str, String)> {
+        variable(Self::VARIABLE).map_or_else(Vec::new, |url| {
+            let separator = if url.contains('?') { '&' } else { '?' };
+            vec![(Self::VARIABLE, format!("{url}{separator}heartbeat={CONSUMER_HEARTBEAT_SECS}"))]
+        })
+    }
+
+    async fn backlog(&self, names: &Names) -> Result<u64> {
+        crate::servers::rabbit_queue_messages(&names.consumer).await
+    }
 
     fn from_variables(variable: &dyn Fn(&str) -> Option<String>) -> Option<Self> {
         variable(Self::VARIABLE).map(|url| Self { url })
@@ -667,6 +708,32 @@ fn kafka_positions(bootstrap: &str, group: &str, topic: &str) -> Result<String> 
         Err(error) => text.push_str(&format!(" the group could not be described: {error};")),
     }
     Ok(text)
+}
+
+/// The lag of `group` on `topic`: per partition the high watermark minus the committed offset (the
+/// whole partition where nothing is committed), summed.
+fn kafka_lag(bootstrap: &str, group: &str, topic: &str) -> Result<u64> {
+    use rdkafka::consumer::Consumer;
+    let consumer = reader(bootstrap, Some(group))?;
+    let mut list = rdkafka::TopicPartitionList::new();
+    for partition in 0..TOPIC_PARTITIONS {
+        list.add_partition(topic, partition);
+    }
+    let committed = consumer
+        .committed_offsets(list, SET_UP)
+        .map_err(|error| plumbing("reading the committed offsets", error))?;
+    let mut lag = 0;
+    for partition in 0..TOPIC_PARTITIONS {
+        let (low, high) = consumer
+            .fetch_watermarks(topic, partition, SET_UP)
+            .map_err(|error| plumbing("reading the watermarks", error))?;
+        let next = match committed.find_partition(topic, partition).map(|element| element.offset()) {
+            Some(rdkafka::Offset::Offset(next)) => next,
+            _ => low,
+        };
+        lag += u64::try_from(high - next).unwrap_or(0);
+    }
+    Ok(lag)
 }
 
 /// A Kafka consumer of a stalled run's diagnostics that commits nothing: in `group` to read its

@@ -51,6 +51,9 @@ const BROKEN: Profile = Profile {
     copies: 0,
     handler_failures: None,
     once_consumers: false,
+    consumer_stops: 0,
+    path_blackholes: 0,
+    rebalance_storms: 0,
     ..SMOKE
 };
 
@@ -65,6 +68,9 @@ const DROPPING: Profile = Profile {
     copies: 0,
     handler_failures: None,
     once_consumers: false,
+    consumer_stops: 0,
+    path_blackholes: 0,
+    rebalance_storms: 0,
     ..SMOKE
 };
 
@@ -134,8 +140,8 @@ fn judge(sabotage: Sabotage, report: &Report) -> Result<(), String> {
     // The defects are the transactional consumers' and the relays': the first ledger shows them.
     let ledger = report.ledger();
     match sabotage {
-        Sabotage::None if report.holds() => Ok(()),
-        Sabotage::None => Err(report.violations()),
+        Sabotage::None if !report.holds() => Err(report.violations()),
+        Sabotage::None => report.fence_unshown().map_or(Ok(()), Err),
         Sabotage::ConsumerWithoutInbox if ledger.double_effects.is_empty() => {
             Err("the consumers ran without the inbox, yet the ledger shows no double effect".to_owned())
         }
