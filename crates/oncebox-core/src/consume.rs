@@ -43,7 +43,8 @@ use serde::de::DeserializeOwned;
 use tracing::Instrument;
 use uuid::Uuid;
 
-use crate::error::{Error, ErrorKind, Result};
+use crate::dao::{InboxWriter, Transactions};
+use crate::error::{BoxError, Error, ErrorKind, Result};
 use crate::event::{HEADER_CREATED_AT, HEADER_EVENT_ID, HEADER_EVENT_TYPE, HEADER_PAYLOAD_TYPE, Headers};
 use crate::inbox::{ConsumeError, Consumed, Inbox};
 use crate::serializer::{Deserializer, JsonSerializer};
@@ -260,6 +261,22 @@ pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<Consumed<()>, Handle
 /// A registered handler, its payload type erased: it decodes the payload itself.
 pub type Handler<M> = Arc<dyn Fn(Received<Vec<u8>, M>) -> HandlerFuture + Send + Sync>;
 
+/// The future of a transactional handler ([`Handlers::on_in`]): it borrows the open transaction,
+/// and fails with any error type (`?` boxes it; its source chain is kept).
+pub type TxFuture<'a> = Pin<Box<dyn Future<Output = std::result::Result<(), BoxError>> + Send + 'a>>;
+
+/// The failure of a transactional handler for event `id`: an oncebox error as it is, any other
+/// error wrapped with its text in the message (for the log line) and kept as the source.
+fn handler_failure(id: Uuid, error: BoxError) -> HandlerFailure {
+    match error.downcast::<Error>() {
+        Ok(error) => HandlerFailure::Failed(error.context(format!("the handler of event {id}"))),
+        Err(error) => HandlerFailure::Failed(
+            Error::new(ErrorKind::Other, format!("the handler of event {id} failed: {error}"))
+                .with_boxed_source(error),
+        ),
+    }
+}
+
 /// One handler per event type, each decoding the payload into its own type.
 pub struct Handlers<M> {
     by_type: HashMap<String, Handler<M>>,
@@ -398,6 +415,76 @@ impl<M: Send + 'static> Handlers<M> {
         self
     }
 
+    /// Handles `event_type` in a transaction of its own: begins one from `transactions` (the
+    /// dialect), records the event id there through `inbox`, runs `handler` with the transaction
+    /// and the event (payload decoded as JSON), and commits: the effect and the id commit together
+    /// or not at all, whatever crashes. An id recorded before is a duplicate (the transaction is
+    /// rolled back, `handler` never runs); a failed handler rolls everything back and the delivery
+    /// runs again after the listener's backoff. An id the inbox does not know that is older than
+    /// the ids it keeps is refused as poison ([`Inbox::admit`]).
+    ///
+    /// `handler` returns a boxed future (`|tx, event| Box::pin(async move { … })`): that is what
+    /// lets the listener's task, which must be `Send`, hold it across the borrowed transaction.
+    /// The README's consume example shows it on a RabbitMQ listener over SQLite.
+    #[must_use]
+    pub fn on_in<T, S, W, F>(
+        mut self,
+        event_type: impl Into<String>,
+        inbox: Inbox<W>,
+        transactions: S,
+        handler: F,
+    ) -> Self
+    where
+        T: DeserializeOwned + Send + 'static,
+        S: Transactions,
+        W: InboxWriter<S::Tx> + 'static,
+        F: for<'a> Fn(&'a mut S::Tx, Received<T, M>) -> TxFuture<'a> + Send + Sync + 'static,
+    {
+        let shared = Arc::new((inbox, transactions, handler));
+        let erased: Handler<M> = Arc::new(move |raw: Received<Vec<u8>, M>| -> HandlerFuture {
+            let shared = Arc::clone(&shared);
+            Box::pin(async move {
+                let (inbox, transactions, handler) = &*shared;
+                let created_at = raw.created_at;
+                let event = raw.decode_json::<T>()?;
+                let id = event.id;
+                let mut tx = transactions.begin().await.map_err(HandlerFailure::Failed)?;
+                let outcome = match inbox.record_in(&mut tx, id).await {
+                    Err(error) => {
+                        Err(HandlerFailure::Failed(error.context(format!("the inbox for event {id}"))))
+                    }
+                    Ok(false) => Ok(Consumed::Duplicate),
+                    Ok(true) => match inbox.admit(id, created_at) {
+                        // Unknown to the inbox and older than the ids it keeps: it may have been
+                        // applied and forgotten, so it is never applied.
+                        Err(too_old) => Err(HandlerFailure::Poison(too_old)),
+                        Ok(()) => match handler(&mut tx, event).await {
+                            Ok(()) => Ok(Consumed::Applied(())),
+                            Err(error) => Err(handler_failure(id, error)),
+                        },
+                    },
+                };
+                if !matches!(outcome, Ok(Consumed::Applied(()))) {
+                    if let Err(error) = transactions.rollback(tx).await {
+                        tracing::warn!(event_id = %id, %error, "rolling back a transactional handler failed; the database discards it with the connection");
+                    }
+                    if matches!(outcome, Ok(Consumed::Duplicate)) {
+                        // Recorded by a transaction that committed: cached from now on.
+                        inbox.remember(id).await;
+                    }
+                    return outcome;
+                }
+                transactions.commit(tx).await.map_err(|error| {
+                    HandlerFailure::Failed(error.context(format!("committing the effect of event {id}")))
+                })?;
+                inbox.remember(id).await;
+                outcome
+            })
+        });
+        self.by_type.insert(event_type.into(), erased);
+        self
+    }
+
     /// Handles `event_type` through `inbox` with [`Inbox::consume_once`]: the id is claimed, then
     /// `effect` runs; a redelivered message is settled without running it again, one that arrives
     /// while another delivery's effect runs waits and runs again later (without counting a failed
@@ -526,6 +613,26 @@ impl<C: ListenerConfig> ListenerBuilder<C> {
         Fut: Future<Output = Result<Consumed<()>>> + Send + 'static,
     {
         self.handlers = self.handlers.on_with(event_type, deserializer, handler);
+        self
+    }
+
+    /// Handles `event_type` in a transaction of its own, the event id recorded through `inbox` in
+    /// it, the payload decoded as JSON; see [`Handlers::on_in`].
+    #[must_use]
+    pub fn on_in<T, S, W, F>(
+        mut self,
+        event_type: impl Into<String>,
+        inbox: Inbox<W>,
+        transactions: S,
+        handler: F,
+    ) -> Self
+    where
+        T: DeserializeOwned + Send + 'static,
+        S: Transactions,
+        W: InboxWriter<S::Tx> + 'static,
+        F: for<'a> Fn(&'a mut S::Tx, Received<T, C::Source>) -> TxFuture<'a> + Send + Sync + 'static,
+    {
+        self.handlers = self.handlers.on_in(event_type, inbox, transactions, handler);
         self
     }
 
@@ -771,6 +878,147 @@ mod tests {
             effects.lock().map(|effects| effects.clone()).unwrap_or_default(),
             [(first, 7), (second, 8), (third, 9), (Uuid::from_u128(5), 11)]
         );
+        Ok(())
+    }
+
+    /// A transaction over a [`SetInbox`]: ids and effects staged until committed.
+    #[derive(Default)]
+    struct StagedTx {
+        ids: Vec<(String, Uuid)>,
+        effects: Vec<u32>,
+    }
+
+    /// The "database" of the transactional tests: the inbox's ids, the committed effects, and how
+    /// many transactions ended each way.
+    #[derive(Default)]
+    struct StagedDb {
+        inbox: Arc<SetInbox>,
+        effects: std::sync::Mutex<Vec<u32>>,
+        ended: std::sync::Mutex<(usize, usize)>,
+    }
+
+    impl Transactions for Arc<StagedDb> {
+        type Tx = StagedTx;
+
+        async fn begin(&self) -> Result<StagedTx> {
+            Ok(StagedTx::default())
+        }
+
+        async fn commit(&self, tx: StagedTx) -> Result<()> {
+            if let (Ok(mut ids), Ok(mut effects), Ok(mut ended)) =
+                (self.inbox.committed.lock(), self.effects.lock(), self.ended.lock())
+            {
+                ids.extend(tx.ids);
+                effects.extend(tx.effects);
+                ended.0 += 1;
+            }
+            Ok(())
+        }
+
+        async fn rollback(&self, _tx: StagedTx) -> Result<()> {
+            if let Ok(mut ended) = self.ended.lock() {
+                ended.1 += 1;
+            }
+            Ok(())
+        }
+    }
+
+    impl InboxWriter<StagedTx> for Arc<SetInbox> {
+        async fn record(&self, tx: &mut StagedTx, consumer: &str, id: Uuid) -> Result<bool> {
+            let key = (consumer.to_owned(), id);
+            if self.has(consumer, id) || tx.ids.contains(&key) {
+                return Ok(false);
+            }
+            tx.ids.push(key);
+            Ok(true)
+        }
+
+        async fn record_many(&self, tx: &mut StagedTx, consumer: &str, ids: &[Uuid]) -> Result<Vec<Uuid>> {
+            let mut new = Vec::new();
+            for id in ids {
+                if InboxWriter::record(self, tx, consumer, *id).await? {
+                    new.push(*id);
+                }
+            }
+            Ok(new)
+        }
+    }
+
+    #[derive(Debug)]
+    struct Declined;
+
+    impl fmt::Display for Declined {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("card declined")
+        }
+    }
+
+    impl std::error::Error for Declined {}
+
+    #[tokio::test]
+    async fn on_in_commits_the_effect_with_the_id_and_rolls_back_a_duplicate_a_failure_and_an_old_event()
+    -> Result<()> {
+        let db = Arc::new(StagedDb::default());
+        let inbox =
+            Inbox::new("billing", Arc::clone(&db.inbox) as Arc<dyn crate::InboxDao>, Arc::clone(&db.inbox))
+                .with_retention(std::time::Duration::from_secs(3_600));
+        let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let handlers: Handlers<&'static str> = {
+            let runs = Arc::clone(&runs);
+            Handlers::new().on_in(
+                "order-created",
+                inbox,
+                Arc::clone(&db),
+                move |tx: &mut StagedTx, event: Received<Order, &'static str>| {
+                    let runs = Arc::clone(&runs);
+                    Box::pin(async move {
+                        runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        tx.effects.push(event.payload.order);
+                        if event.payload.order == 13 {
+                            return Err(Declined.into());
+                        }
+                        Ok(())
+                    })
+                },
+            )
+        };
+        let handler = handlers
+            .get("order-created")
+            .ok_or_else(|| Error::new(ErrorKind::Config, "the handler is missing"))?;
+        let with_id = |id: u128, payload: &[u8]| Received { id: Uuid::from_u128(id), ..raw(payload) };
+        let ended = || db.ended.lock().map(|ended| *ended).unwrap_or_default();
+
+        assert!(matches!(handler(with_id(1, b"{\"order\":7}")).await, Ok(Consumed::Applied(()))));
+        assert_eq!(ended(), (1, 0), "committed");
+        assert!(db.inbox.has("billing", Uuid::from_u128(1)), "the id committed with the effect");
+        assert!(matches!(handler(with_id(1, b"{\"order\":7}")).await, Ok(Consumed::Duplicate)));
+        assert_eq!(ended(), (1, 1), "a duplicate is rolled back");
+
+        let failed = handler(with_id(2, b"{\"order\":13}")).await;
+        let Err(HandlerFailure::Failed(error)) = &failed else {
+            return Err(Error::new(ErrorKind::Other, format!("not a retryable failure: {failed:?}")));
+        };
+        let text = error.to_string();
+        assert!(text.contains("card declined") && text.contains(&Uuid::from_u128(2).to_string()), "{text}");
+        let source = std::error::Error::source(error).map(ToString::to_string);
+        assert_eq!(source.as_deref(), Some("card declined"), "the handler's own error is the source");
+        assert_eq!(ended(), (1, 2), "a failure is rolled back");
+        assert!(!db.inbox.has("billing", Uuid::from_u128(2)), "so its id is not recorded");
+
+        let old = Received {
+            created_at: Some(chrono::Utc::now() - chrono::Duration::hours(2)),
+            ..with_id(3, b"{\"order\":8}")
+        };
+        assert!(matches!(handler(old).await, Err(HandlerFailure::Poison(_))), "unknown and too old: poison");
+        let known_old = Received {
+            created_at: Some(chrono::Utc::now() - chrono::Duration::hours(2)),
+            ..with_id(1, b"{\"order\":7}")
+        };
+        assert!(matches!(handler(known_old).await, Ok(Consumed::Duplicate)), "known: still a duplicate");
+        assert!(matches!(handler(with_id(4, b"nonsense")).await, Err(HandlerFailure::Poison(_))));
+
+        assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 2, "the handler ran for the new ids only");
+        assert_eq!(db.effects.lock().map(|effects| effects.clone()).unwrap_or_default(), [7]);
         Ok(())
     }
 

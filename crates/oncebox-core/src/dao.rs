@@ -162,6 +162,23 @@ pub trait OutboxWriter<Tx>: Send + Sync {
     fn write(&self, tx: Tx, events: &[NewOutboxEvent]) -> impl Future<Output = Result<()>> + Send;
 }
 
+/// Begins and ends the transactions a transactional handler runs in: a dialect's pool as a
+/// listener sees it ([`Handlers::on_in`](crate::consume::Handlers::on_in)). Every dialect
+/// implements it for its transaction type, the one its writer records inbox ids in.
+pub trait Transactions: Send + Sync + 'static {
+    /// The transaction.
+    type Tx: Send + 'static;
+
+    /// Begins a transaction.
+    fn begin(&self) -> impl Future<Output = Result<Self::Tx>> + Send;
+
+    /// Commits `tx`.
+    fn commit(&self, tx: Self::Tx) -> impl Future<Output = Result<()>> + Send;
+
+    /// Rolls `tx` back.
+    fn rollback(&self, tx: Self::Tx) -> impl Future<Output = Result<()>> + Send;
+}
+
 /// Records inbox ids inside the caller's open transaction.
 pub trait InboxWriter<Tx: ?Sized>: Send + Sync {
     /// Records `(consumer, id)` in `tx`; `true` when it was new.

@@ -55,7 +55,8 @@ impl fmt::Display for ErrorKind {
     }
 }
 
-type BoxedSource = Box<dyn std::error::Error + Send + Sync + 'static>;
+/// Any error, boxed: what a handler may fail with, and the source an [`Error`] keeps.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// An oncebox error: a kind, whether retrying may help, a message with context, and the
 /// underlying driver error as [`std::error::Error::source`].
@@ -63,7 +64,7 @@ pub struct Error {
     kind: ErrorKind,
     temporary: bool,
     message: String,
-    source: Option<BoxedSource>,
+    source: Option<BoxError>,
 }
 
 impl Error {
@@ -99,6 +100,13 @@ impl Error {
     /// Attaches the underlying error.
     pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
         self.source = Some(Box::new(source));
+        self
+    }
+
+    /// Attaches an underlying error that is already boxed (a `Box<dyn Error>` is not itself an
+    /// `Error`, so [`with_source`](Self::with_source) cannot take it).
+    pub fn with_boxed_source(mut self, source: BoxError) -> Self {
+        self.source = Some(source);
         self
     }
 

@@ -41,10 +41,10 @@ pub use async_trait::async_trait;
 pub use config::Config;
 pub use dao::{
     Daos, Dialect, DlqDao, InboxClaim, InboxDao, InboxWriter, JobLock, OutboxDao, OutboxWriter, SchemaPlan,
-    WakeSource, WakeUp,
+    Transactions, WakeSource, WakeUp,
 };
 pub use engine::{Engine, EngineHandle, EngineParts, Lifecycle, StatsSnapshot};
-pub use error::{Error, ErrorKind, Result};
+pub use error::{BoxError, Error, ErrorKind, Result};
 pub use event::{
     ClaimedBatch, DlqCounts, DlqEvent, DlqFilter, DlqSelection, DlqStatus, EventStatus, Headers, InboxRecord,
     JobLease, NewOutboxEvent, OutboundMessage, OutboxEvent, SettleReport, Settlement,

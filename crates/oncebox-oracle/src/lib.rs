@@ -188,6 +188,24 @@ impl OraDialect {
     }
 }
 
+/// Transactions on pooled connections, for a listener's transactional handlers
+/// ([`Handlers::on_in`](oncebox_core::consume::Handlers::on_in)).
+impl oncebox_core::Transactions for OraDialect {
+    type Tx = OraTransaction;
+
+    async fn begin(&self) -> Result<OraTransaction> {
+        OraDialect::begin(self).await
+    }
+
+    async fn commit(&self, tx: OraTransaction) -> Result<()> {
+        tx.commit().await
+    }
+
+    async fn rollback(&self, tx: OraTransaction) -> Result<()> {
+        tx.rollback().await
+    }
+}
+
 #[async_trait]
 impl Dialect for OraDialect {
     type Writer = OraWriter;

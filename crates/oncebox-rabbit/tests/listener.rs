@@ -34,6 +34,40 @@ async fn a_message_is_applied_once_and_a_redelivered_copy_changes_nothing(
     fixture.finish().await
 }
 
+async fn a_transactional_handler_commits_its_effect_with_the_id_once_and_a_failed_run_leaves_nothing(
+    harness: Arc<ListenerHarness>,
+) -> TestResult {
+    let effect = Arc::new(Effect::failing_first(1));
+    let setup = Setup { transactional: true, ..Setup::dead_lettered(3) };
+    let mut fixture = Fixture::start_with(&harness, effect.clone(), setup).await.map_err(fail)?;
+    let sender = fixture.sender().map_err(fail)?;
+    let message = message_for(&fixture.exchange, 11);
+    fixture.deliver(&sender, &message).await?;
+    let first = fixture.next_outcome().await?;
+    assert!(
+        matches!(&first, ListenerOutcome::Retrying { id, attempts: 1, .. } if *id == message.id),
+        "{first:?}"
+    );
+    assert_eq!(fixture.next_outcome().await?, ListenerOutcome::Applied { id: message.id });
+    // The same event again, as the relay sends it after a lost confirm.
+    fixture.deliver(&sender, &message).await?;
+    assert_eq!(fixture.next_outcome().await?, ListenerOutcome::Duplicate { id: message.id });
+    assert_eq!(
+        effect.calls.load(Ordering::SeqCst),
+        2,
+        "the failed run and the applied one; not the duplicate"
+    );
+    assert_eq!(effect.applied.load(Ordering::SeqCst), 1);
+    let rows: i64 = oncebox_sqlite::sqlx::query_scalar("SELECT COUNT(*) FROM effects WHERE event_id = ?")
+        .bind(message.id.to_string())
+        .fetch_one(fixture.dialect.pool())
+        .await
+        .map_err(fail)?;
+    assert_eq!(rows, 1, "the failed run's row was rolled back with its inbox record");
+    assert!(fixture.inbox.is_consumed(message.id).await.map_err(fail)?);
+    fixture.finish().await
+}
+
 async fn a_failed_effect_is_retried_after_a_pause_and_applied(harness: Arc<ListenerHarness>) -> TestResult {
     let effect = Arc::new(Effect::failing_first(1));
     let mut fixture = Fixture::start(&harness, effect.clone(), 3).await.map_err(fail)?;
@@ -433,6 +467,10 @@ fn cases() -> Vec<Case<ListenerHarness>> {
         case!(
             "a_failed_effect_is_retried_after_a_pause_and_applied",
             a_failed_effect_is_retried_after_a_pause_and_applied
+        ),
+        case!(
+            "a_transactional_handler_commits_its_effect_with_the_id_once_and_a_failed_run_leaves_nothing",
+            a_transactional_handler_commits_its_effect_with_the_id_once_and_a_failed_run_leaves_nothing
         ),
         case!(
             "a_poison_message_is_rejected_to_the_dead_letter_exchange",

@@ -13,7 +13,7 @@ use oncebox_core::event::{DlqCounts, DlqFilter, DlqSelection, JobLease, OlderEve
 use oncebox_core::inbox::{distinct, in_input_order};
 use oncebox_core::{
     ClaimedBatch, Daos, DlqDao, DlqEvent, DlqStatus, Error, ErrorKind, InboxClaim, InboxDao, JobLock,
-    OutboxDao, OutboxEvent, Result, SettleReport, Settlement, TableNames,
+    OutboxDao, OutboxEvent, Result, SettleReport, Settlement, TableNames, Transactions,
 };
 use sqlx::query::Query;
 use sqlx::{ColumnIndex, Database, Decode, Executor, IntoArguments, Pool, Row, Type};
@@ -349,6 +349,24 @@ pub struct SqlxStore<Q: Queries> {
 impl<Q: Queries> Clone for SqlxStore<Q> {
     fn clone(&self) -> Self {
         Self { pool: self.pool.clone(), queries: Arc::clone(&self.queries) }
+    }
+}
+
+/// The pool's transactions, for transactional handlers ([`Transactions`]); each dialect's own
+/// implementation hands over to this one.
+impl<Q: Queries> Transactions for SqlxStore<Q> {
+    type Tx = sqlx::Transaction<'static, Q::Db>;
+
+    async fn begin(&self) -> Result<Self::Tx> {
+        self.pool.begin().await.map_err(|error| Q::error("beginning a transaction", error))
+    }
+
+    async fn commit(&self, tx: Self::Tx) -> Result<()> {
+        tx.commit().await.map_err(|error| Q::error("committing a transaction", error))
+    }
+
+    async fn rollback(&self, tx: Self::Tx) -> Result<()> {
+        tx.rollback().await.map_err(|error| Q::error("rolling back a transaction", error))
     }
 }
 

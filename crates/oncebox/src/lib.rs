@@ -636,3 +636,9 @@ impl<D: Dialect, S> Oncebox<D, S> {
         self.engine.shutdown(deadline).await
     }
 }
+
+/// The README's examples marked `rust,no_run`, compiled as doctests so that what it shows keeps
+/// building (its `rust,ignore` ones leave out what a real service has around them).
+#[cfg(all(doctest, feature = "sqlite", feature = "rabbit"))]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

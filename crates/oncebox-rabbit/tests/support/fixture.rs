@@ -49,6 +49,8 @@ pub struct Fixture {
     /// Whether the queue dead-letters; without it the dead-letter names are never declared.
     pub dead_lettering: bool,
     pub database: std::path::PathBuf,
+    /// The inbox database, which also holds the `effects` table of a transactional listener.
+    pub dialect: SqliteDialect,
     pub inbox: Inbox<()>,
     _connection: Connection,
     pub channel: Channel,
@@ -108,6 +110,9 @@ pub struct Setup {
     pub connection_name: Option<String>,
     /// Start the listener at once; otherwise [`Fixture::start_listener`] does.
     pub start_listener: bool,
+    /// The listener registers a transactional handler (`on_in`) that writes a row of the
+    /// `effects` table in the inbox's transaction, instead of an `on_once` effect.
+    pub transactional: bool,
 }
 
 impl Setup {
@@ -125,6 +130,7 @@ impl Setup {
             quorum_dead_lettered: false,
             connection_name: None,
             start_listener: true,
+            transactional: false,
         }
     }
 }
@@ -174,7 +180,17 @@ impl Fixture {
         } else {
             declare_plain_queue(&channel, &exchange, &queue, FieldTable::default()).await?;
         }
-        let listener = effect_listener(config, &inbox, effect)?;
+        let listener = if setup.transactional {
+            oncebox_sqlite::sqlx::query(
+                "CREATE TABLE effects (event_id TEXT PRIMARY KEY, idx INTEGER NOT NULL)",
+            )
+            .execute(dialect.pool())
+            .await
+            .map_err(|error| plumbing("creating the effects table", error))?;
+            transactional_listener(config, &dialect, effect)?
+        } else {
+            effect_listener(config, &inbox, effect)?
+        };
         let outcomes = listener.outcomes();
         let mut fixture = Self {
             url: harness.url.clone(),
@@ -184,6 +200,7 @@ impl Fixture {
             dead_letter_queue,
             dead_lettering: setup.dead_letter || setup.quorum_dead_lettered,
             database,
+            dialect,
             inbox,
             _connection: connection,
             channel,
@@ -408,6 +425,42 @@ fn effect_listener(
                 Ok(())
             }
         })
+        .build()
+}
+
+/// A listener whose transactional handler (`on_in`) writes a row of the `effects` table in the
+/// inbox's transaction, failing the first `effect.fail_first` runs after writing it (so that a
+/// failed run's row must be rolled back with its inbox record).
+fn transactional_listener(
+    config: RabbitListenerConfig,
+    dialect: &SqliteDialect,
+    effect: Arc<Effect>,
+) -> oncebox_core::Result<RabbitListener> {
+    let inbox = Inbox::new("billing", dialect.inbox_dao(), dialect.writer());
+    RabbitListener::builder(config)
+        .on_in(
+            EVENT_TYPE,
+            inbox,
+            dialect.clone(),
+            move |tx, event: oncebox_rabbit::RabbitEvent<OrderCreated>| {
+                let effect = effect.clone();
+                Box::pin(async move {
+                    let call = effect.calls.fetch_add(1, Ordering::SeqCst);
+                    oncebox_sqlite::sqlx::query("INSERT INTO effects (event_id, idx) VALUES (?, ?)")
+                        .bind(event.id.to_string())
+                        .bind(event.payload.index)
+                        .execute(&mut **tx)
+                        .await?;
+                    if call < effect.fail_first {
+                        return Err(
+                            format!("effect for order {} failed on purpose", event.payload.index).into()
+                        );
+                    }
+                    effect.applied.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                })
+            },
+        )
         .build()
 }
 
