@@ -16,7 +16,7 @@ use oncebox::kafka::{KafkaListener, KafkaListenerConfig};
 use oncebox::mysql::MySqlDialect;
 use oncebox::postgres::PgDialect;
 use oncebox::rabbit::{RabbitListener, RabbitListenerConfig, RabbitTopology};
-use oncebox::{Config, Consumed, Dialect, Error, ErrorKind, Inbox, Lifecycle, Oncebox};
+use oncebox::{Config, Lifecycle, Oncebox};
 use oncebox_example_system::{
     BILLING_CONSUMER, BrokerUrl, Database, Failure, Health, ORDER_LINE_ADDED, ORDER_PLACED, OrderLineAdded,
     OrderPlaced, SHUTDOWN_DEADLINE, billing_schema, clock, ensure_kafka_topics, exit, init_tracing,
@@ -59,28 +59,19 @@ async fn main() -> ExitCode {
 async fn run(args: Args) -> Result<(), Failure> {
     let config = Config::from_file(&args.config)?;
     let scrape = install_prometheus()?;
-    let billing: Arc<dyn Billing> = match Database::of_url(&args.database_url, "DATABASE_URL")? {
+    let billing = match Database::of_url(&args.database_url, "DATABASE_URL")? {
         Database::Postgres => {
             let dialect = PgDialect::connect(&args.database_url).await?;
             sqlx::raw_sql(billing_schema::POSTGRES).execute(dialect.pool()).await?;
-            let inboxes = Oncebox::builder(config).dialect(dialect).start().await?;
-            Arc::new(PgBilling {
-                pool: inboxes.dialect().pool().clone(),
-                inbox: inboxes.inbox(BILLING_CONSUMER),
-                inboxes,
-            })
+            Billing::Postgres(Oncebox::builder(config).dialect(dialect).start().await?)
         }
         Database::MySql => {
             let dialect = MySqlDialect::connect(&args.database_url).await?;
             sqlx::raw_sql(billing_schema::MYSQL).execute(dialect.pool()).await?;
-            let inboxes = Oncebox::builder(config).dialect(dialect).start().await?;
-            Arc::new(MySqlBilling {
-                pool: inboxes.dialect().pool().clone(),
-                inbox: inboxes.inbox(BILLING_CONSUMER),
-                inboxes,
-            })
+            Billing::MySql(Oncebox::builder(config).dialect(dialect).start().await?)
         }
     };
+    let billing = Arc::new(billing);
     let listening = Arc::new(AtomicBool::new(true));
     let health = {
         let (billing, listening) = (billing.clone(), listening.clone());
@@ -106,7 +97,7 @@ async fn run(args: Args) -> Result<(), Failure> {
             .await
         }
     });
-    let consumed = consume(&args, billing.clone()).await;
+    let consumed = consume(&args, &billing).await;
     listening.store(false, Ordering::SeqCst);
     let _ = stop_http.send(());
     let served = server.await.map_err(|error| format!("the HTTP server task: {error}"))?;
@@ -117,7 +108,7 @@ async fn run(args: Args) -> Result<(), Failure> {
 }
 
 /// Runs the listener `BROKER_URL` names until the shutdown signal.
-async fn consume(args: &Args, billing: Arc<dyn Billing>) -> Result<(), Failure> {
+async fn consume(args: &Args, billing: &Billing) -> Result<(), Failure> {
     let dead_letters = format!("{}.dead", args.orders_topic);
     match &args.broker_url {
         BrokerUrl::Kafka(bootstrap) => {
@@ -126,50 +117,50 @@ async fn consume(args: &Args, billing: Arc<dyn Billing>) -> Result<(), Failure> 
             let config =
                 KafkaListenerConfig::new(bootstrap, &args.consumer_group, [args.orders_topic.as_str()])
                     .with_dead_letter_topic(dead_letters);
-            let listener = handlers(KafkaListener::builder(config), billing).build()?;
+            let listener = billing.handlers(KafkaListener::builder(config)).build()?;
             listener.run(shutdown_signal()).await?;
         }
         BrokerUrl::Amqp(url) => {
             let topology = RabbitTopology::new(&args.orders_topic)
                 .with_dead_letter(&dead_letters, format!("{}.dead", args.consumer_group));
             let config = RabbitListenerConfig::new(url, &args.consumer_group).with_declare(topology);
-            let listener = handlers(RabbitListener::builder(config), billing).build()?;
+            let listener = billing.handlers(RabbitListener::builder(config)).build()?;
             listener.run(shutdown_signal()).await?;
         }
     }
     Ok(())
 }
 
-/// The billing handlers, the same for every broker.
-fn handlers<C: ListenerConfig>(builder: ListenerBuilder<C>, billing: Arc<dyn Billing>) -> ListenerBuilder<C> {
-    let lines = billing.clone();
-    builder
-        .on(ORDER_PLACED, move |event: Received<OrderPlaced, C::Source>| {
-            let billing = billing.clone();
-            async move { billing.invoice(event.id, &event.payload).await.map_err(failed) }
-        })
-        .on(ORDER_LINE_ADDED, move |event: Received<OrderLineAdded, C::Source>| {
-            let billing = lines.clone();
-            async move { billing.invoice_line(event.id, &event.payload).await.map_err(failed) }
-        })
+/// Billing on one database: its engine (the inbox and its clean-up) and its handlers.
+enum Billing {
+    Postgres(Oncebox<PgDialect>),
+    MySql(Oncebox<MySqlDialect>),
 }
 
-/// A failed effect: the listener retries the event after its backoff.
-fn failed(error: Failure) -> Error {
-    Error::new(ErrorKind::Other, format!("billing failed: {error}"))
-}
+impl Billing {
+    /// The billing handlers on this database, the same for every broker.
+    fn handlers<C: ListenerConfig>(&self, builder: ListenerBuilder<C>) -> ListenerBuilder<C> {
+        match self {
+            Self::Postgres(inboxes) => pg_handlers(builder, inboxes),
+            Self::MySql(inboxes) => mysql_handlers(builder, inboxes),
+        }
+    }
 
-/// Billing on one database.
-#[async_trait::async_trait]
-trait Billing: Send + Sync + 'static {
-    /// The invoice of an order, once per event id.
-    async fn invoice(&self, event_id: Uuid, order: &OrderPlaced) -> Result<Consumed<()>, Failure>;
-    /// The invoice line of an order line, once per event id.
-    async fn invoice_line(&self, event_id: Uuid, line: &OrderLineAdded) -> Result<Consumed<()>, Failure>;
     /// The engine's state (the inbox clean-up's).
-    fn state(&self) -> Lifecycle;
+    fn state(&self) -> Lifecycle {
+        match self {
+            Self::Postgres(inboxes) => inboxes.state(),
+            Self::MySql(inboxes) => inboxes.state(),
+        }
+    }
+
     /// Stops the engine.
-    async fn shutdown(&self) -> Result<(), Failure>;
+    async fn shutdown(&self) -> Result<(), Failure> {
+        match self {
+            Self::Postgres(inboxes) => Ok(inboxes.shutdown(SHUTDOWN_DEADLINE).await?),
+            Self::MySql(inboxes) => Ok(inboxes.shutdown(SHUTDOWN_DEADLINE).await?),
+        }
+    }
 }
 
 /// The billing statements for one database: the same but for their placeholders.
@@ -195,74 +186,64 @@ const MYSQL: Statements = Statements {
     clock: clock::MYSQL,
 };
 
-/// One implementation for both databases.
-macro_rules! billing {
-    ($billing:ident, $dialect:ty, $database:ty, $sql:ident) => {
-        struct $billing {
-            pool: sqlx::Pool<$database>,
-            inbox: Inbox<Arc<<$dialect as Dialect>::Writer>>,
-            inboxes: Oncebox<$dialect>,
-        }
-
-        #[async_trait::async_trait]
-        impl Billing for $billing {
-            async fn invoice(&self, event_id: Uuid, order: &OrderPlaced) -> Result<Consumed<()>, Failure> {
-                let mut tx = self.pool.begin().await?;
-                if !self.inbox.record_in(&mut tx, event_id).await? {
-                    tx.rollback().await?;
-                    return Ok(Consumed::Duplicate);
-                }
-                let now: i64 = sqlx::query_scalar($sql.clock).fetch_one(&mut *tx).await?;
-                sqlx::query($sql.insert_invoice)
-                    .bind(Uuid::new_v4().to_string())
-                    .bind(order.order_id.to_string())
-                    .bind(&order.customer)
-                    .bind(order.total_cents)
-                    .bind(event_id.to_string())
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
-                self.inbox.remember(event_id).await;
-                Ok(Consumed::Applied(()))
-            }
-
-            async fn invoice_line(
-                &self,
-                event_id: Uuid,
-                line: &OrderLineAdded,
-            ) -> Result<Consumed<()>, Failure> {
-                let mut tx = self.pool.begin().await?;
-                if !self.inbox.record_in(&mut tx, event_id).await? {
-                    tx.rollback().await?;
-                    return Ok(Consumed::Duplicate);
-                }
-                let amount = i64::from(line.quantity)
-                    .checked_mul(line.price_cents)
-                    .ok_or_else(|| format!("line {} of order {} overflows", line.line_no, line.order_id))?;
-                sqlx::query($sql.insert_line)
-                    .bind(Uuid::new_v4().to_string())
-                    .bind(line.order_id.to_string())
-                    .bind(line.line_no)
-                    .bind(amount)
-                    .bind(event_id.to_string())
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
-                self.inbox.remember(event_id).await;
-                Ok(Consumed::Applied(()))
-            }
-
-            fn state(&self) -> Lifecycle {
-                self.inboxes.state()
-            }
-
-            async fn shutdown(&self) -> Result<(), Failure> {
-                Ok(self.inboxes.shutdown(SHUTDOWN_DEADLINE).await?)
-            }
+/// The handlers for one database, the same but for its statements: each writes its invoice (or
+/// invoice line) in the transaction where the inbox records the event id, so both commit together
+/// and a redelivered event finds its id and never reaches the handler.
+macro_rules! billing_handlers {
+    ($handlers:ident, $dialect:ty, $sql:ident) => {
+        fn $handlers<C: ListenerConfig>(
+            builder: ListenerBuilder<C>,
+            inboxes: &Oncebox<$dialect>,
+        ) -> ListenerBuilder<C> {
+            let dialect = inboxes.dialect().clone();
+            builder
+                .on_in(
+                    ORDER_PLACED,
+                    inboxes.inbox(BILLING_CONSUMER),
+                    dialect.clone(),
+                    |tx, event: Received<OrderPlaced, C::Source>| {
+                        Box::pin(async move {
+                            let order = &event.payload;
+                            let now: i64 = sqlx::query_scalar($sql.clock).fetch_one(&mut **tx).await?;
+                            sqlx::query($sql.insert_invoice)
+                                .bind(Uuid::new_v4().to_string())
+                                .bind(order.order_id.to_string())
+                                .bind(&order.customer)
+                                .bind(order.total_cents)
+                                .bind(event.id.to_string())
+                                .bind(now)
+                                .execute(&mut **tx)
+                                .await?;
+                            Ok(())
+                        })
+                    },
+                )
+                .on_in(
+                    ORDER_LINE_ADDED,
+                    inboxes.inbox(BILLING_CONSUMER),
+                    dialect,
+                    |tx, event: Received<OrderLineAdded, C::Source>| {
+                        Box::pin(async move {
+                            let line = &event.payload;
+                            let amount =
+                                i64::from(line.quantity).checked_mul(line.price_cents).ok_or_else(|| {
+                                    format!("line {} of order {} overflows", line.line_no, line.order_id)
+                                })?;
+                            sqlx::query($sql.insert_line)
+                                .bind(Uuid::new_v4().to_string())
+                                .bind(line.order_id.to_string())
+                                .bind(line.line_no)
+                                .bind(amount)
+                                .bind(event.id.to_string())
+                                .execute(&mut **tx)
+                                .await?;
+                            Ok(())
+                        })
+                    },
+                )
         }
     };
 }
 
-billing!(PgBilling, PgDialect, sqlx::Postgres, POSTGRES);
-billing!(MySqlBilling, MySqlDialect, sqlx::MySql, MYSQL);
+billing_handlers!(pg_handlers, PgDialect, POSTGRES);
+billing_handlers!(mysql_handlers, MySqlDialect, MYSQL);
