@@ -977,6 +977,9 @@ mod tests {
                         if event.payload.order == 13 {
                             return Err(Declined.into());
                         }
+                        if event.payload.order == 99 {
+                            return Err(Error::permanent("order 99 is refused").with_source(Declined).into());
+                        }
                         Ok(())
                     })
                 },
@@ -1016,8 +1019,15 @@ mod tests {
         };
         assert!(matches!(handler(known_old).await, Ok(Consumed::Duplicate)), "known: still a duplicate");
         assert!(matches!(handler(with_id(4, b"nonsense")).await, Err(HandlerFailure::Poison(_))));
+        // An oncebox error keeps its kind: a permanent one is given up by the pipeline at once.
+        let refused = handler(with_id(5, b"{\"order\":99}")).await;
+        let Err(HandlerFailure::Failed(error)) = &refused else {
+            return Err(Error::new(ErrorKind::Other, format!("not a failure: {refused:?}")));
+        };
+        assert_eq!(error.kind(), ErrorKind::Permanent, "{error}");
+        assert_eq!(ended(), (1, 5), "rolled back too");
 
-        assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 2, "the handler ran for the new ids only");
+        assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 3, "the handler ran for the new ids only");
         assert_eq!(db.effects.lock().map(|effects| effects.clone()).unwrap_or_default(), [7]);
         Ok(())
     }

@@ -32,6 +32,9 @@ pub enum ErrorKind {
     /// The event is older than the inbox keeps ids ([`Inbox::admit`](crate::Inbox::admit)): it may
     /// have been applied and forgotten, so it is not applied; the message is held or dead-lettered.
     TooOld,
+    /// A handler said the event can never be handled (a business rule refuses it, say): a
+    /// listener gives the message up at once, dead-lettered or held like poison, without retries.
+    Permanent,
     /// Anything else.
     Other,
 }
@@ -49,6 +52,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::Lifecycle => "lifecycle error",
             ErrorKind::InFlight => "in flight elsewhere",
             ErrorKind::TooOld => "older than the inbox keeps ids",
+            ErrorKind::Permanent => "permanent failure",
             ErrorKind::Other => "error",
         };
         f.write_str(name)
@@ -76,6 +80,12 @@ impl Error {
     /// A temporary error of `kind`: retrying later may succeed.
     pub fn temporary(kind: ErrorKind, message: impl Into<String>) -> Self {
         Self { kind, temporary: true, message: message.into(), source: None }
+    }
+
+    /// A handler's failure that no retry can mend ([`ErrorKind::Permanent`]): the listener gives
+    /// the message up at once. Attach the cause with [`with_source`](Self::with_source).
+    pub fn permanent(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Permanent, message)
     }
 
     /// A configuration error naming `key`.

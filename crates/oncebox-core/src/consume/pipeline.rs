@@ -130,6 +130,10 @@ impl<M: Send + 'static> Pipeline<M> {
                 self.report(Outcome::Retrying { id, attempts: failures, retry_in, error: error.to_string() });
                 return Verdict::Retry { attempts: failures, retry_in };
             }
+            Err(HandlerFailure::Failed(error)) if error.kind() == ErrorKind::Permanent => {
+                // The handler knows no retry can mend it: given up at once, as poison.
+                return self.poison(Some(id), error, failures.saturating_add(1));
+            }
             Err(HandlerFailure::Failed(error)) => error,
         };
         let attempts = failures.saturating_add(1);
@@ -229,7 +233,8 @@ mod tests {
             .on("failing", |_: Received<u32, ()>| async { Err(Error::new(ErrorKind::Broker, "down")) })
             .on("elsewhere", |_: Received<u32, ()>| async {
                 Err(Error::temporary(ErrorKind::InFlight, "held"))
-            });
+            })
+            .on("refused", |_: Received<u32, ()>| async { Err(Error::permanent("customer 7 is unknown")) });
         let backoff = Doubling::new(Duration::from_millis(100), Duration::from_millis(250));
         Pipeline::new(handlers, RetryPolicy { backoff, max_attempts, can_give_up })
     }
@@ -266,6 +271,19 @@ mod tests {
             );
         }
         assert_eq!(pipeline.poison_seen(), 0, "never given up, even at the last attempt");
+    }
+
+    #[tokio::test]
+    async fn a_permanent_failure_is_given_up_at_its_first_run_with_or_without_a_limit() {
+        for (max_attempts, can_give_up) in [(None, true), (Some(5), true), (Some(5), false)] {
+            let pipeline = pipeline(max_attempts, can_give_up);
+            let verdict = pipeline.run(event("refused"), 0).await;
+            let Verdict::Poison { reason, attempts: 1, id: Some(_) } = &verdict else {
+                panic!("given up at once ({max_attempts:?}, {can_give_up}): {verdict:?}");
+            };
+            assert_eq!(reason.kind(), ErrorKind::Permanent);
+            assert!(reason.to_string().contains("customer 7 is unknown"), "{reason}");
+        }
     }
 
     #[tokio::test]
