@@ -182,6 +182,42 @@ impl Fixture {
         Ok(Running { outcomes, running })
     }
 
+    /// Starts a listener in the fixture's group with a transactional handler (`on_in`) over the
+    /// fixture's database: it writes a row of an `effects` table in the inbox's transaction,
+    /// failing the first `effect.fail_first` runs after writing it (so their rows must roll back
+    /// with their inbox records). Returns the dialect, to read the effects.
+    async fn listen_in(&mut self, effect: Arc<Effect>) -> Result<SqliteDialect, Failed> {
+        let dialect = SqliteDialect::connect(&self.database.to_string_lossy()).await.map_err(fail)?;
+        oncebox_sqlite::sqlx::query("CREATE TABLE effects (event_id TEXT PRIMARY KEY, idx INTEGER NOT NULL)")
+            .execute(dialect.pool())
+            .await
+            .map_err(fail)?;
+        let inbox = Inbox::new("billing", dialect.inbox_dao(), dialect.writer());
+        let listener = KafkaListener::builder(self.config())
+            .on_in(EVENT_TYPE, inbox, dialect.clone(), move |tx, event: KafkaEvent<OrderCreated>| {
+                let effect = effect.clone();
+                Box::pin(async move {
+                    let call = effect.calls.fetch_add(1, Ordering::SeqCst);
+                    oncebox_sqlite::sqlx::query("INSERT INTO effects (event_id, idx) VALUES (?, ?)")
+                        .bind(event.id.to_string())
+                        .bind(event.payload.index)
+                        .execute(&mut **tx)
+                        .await?;
+                    if call < effect.fail_first {
+                        return Err(
+                            format!("effect for order {} failed on purpose", event.payload.index).into()
+                        );
+                    }
+                    Ok(())
+                })
+            })
+            .build()
+            .map_err(fail)?;
+        self.outcomes = listener.outcomes();
+        self.running = Some(Background::spawn(|shutdown| async move { listener.run(shutdown).await }));
+        Ok(dialect)
+    }
+
     /// Stops the listener; the outcomes it reported stay readable.
     async fn stop(&mut self) -> TestResult {
         match self.running.take() {
@@ -291,6 +327,37 @@ async fn a_duplicate_record_has_its_effect_once(harness: Arc<Harness>) -> TestRe
     fixture.send(&sender, &message).await?;
     assert_eq!(fixture.next_outcome().await?, KafkaOutcome::Duplicate { id: message.id });
     assert_eq!(effect.calls(), 1, "the effect ran once");
+    assert!(fixture.inbox.is_consumed(message.id).await.map_err(fail)?);
+    fixture.stop().await?;
+    assert_eq!(fixture.committed()?, Some(2), "both records were committed");
+    Ok(())
+}
+
+async fn a_transactional_handler_commits_its_effect_with_the_id_once_and_a_failed_run_leaves_nothing(
+    harness: Arc<Harness>,
+) -> TestResult {
+    let effect = Effect::failing(1);
+    let mut fixture = Fixture::prepare(&harness, false, 1).await?;
+    let dialect = fixture.listen_in(effect.clone()).await?;
+    let sender = fixture.sender()?;
+    let message = fixture.message(3);
+    fixture.send(&sender, &message).await?;
+    let first = fixture.next_outcome().await?;
+    assert!(
+        matches!(&first, KafkaOutcome::Retrying { id, attempts: 1, .. } if *id == message.id),
+        "{first:?}"
+    );
+    assert_eq!(fixture.next_outcome().await?, KafkaOutcome::Applied { id: message.id });
+    // The same event again, as the relay sends it after a lost delivery report.
+    fixture.send(&sender, &message).await?;
+    assert_eq!(fixture.next_outcome().await?, KafkaOutcome::Duplicate { id: message.id });
+    assert_eq!(effect.calls(), 2, "the failed run and the applied one; not the duplicate");
+    let rows: i64 = oncebox_sqlite::sqlx::query_scalar("SELECT COUNT(*) FROM effects WHERE event_id = ?")
+        .bind(message.id.to_string())
+        .fetch_one(dialect.pool())
+        .await
+        .map_err(fail)?;
+    assert_eq!(rows, 1, "the failed run's row was rolled back with its inbox record");
     assert!(fixture.inbox.is_consumed(message.id).await.map_err(fail)?);
     fixture.stop().await?;
     assert_eq!(fixture.committed()?, Some(2), "both records were committed");
@@ -863,6 +930,10 @@ fn cases() -> Vec<Case<Harness>> {
     vec![
         case!("a_typed_handler_receives_the_decoded_event", a_typed_handler_receives_the_decoded_event),
         case!("a_duplicate_record_has_its_effect_once", a_duplicate_record_has_its_effect_once),
+        case!(
+            "a_transactional_handler_commits_its_effect_with_the_id_once_and_a_failed_run_leaves_nothing",
+            a_transactional_handler_commits_its_effect_with_the_id_once_and_a_failed_run_leaves_nothing
+        ),
         case!(
             "a_failing_handler_is_retried_in_order_and_committed_after_success",
             a_failing_handler_is_retried_in_order_and_committed_after_success
