@@ -7,13 +7,13 @@
 //! 1. Orders are placed in business transactions that also publish an `order-placed` event; every
 //!    fifth transaction fails its business check and rolls back, taking its event with it.
 //! 2. The relay delivers the committed events to the broker.
-//! 3. A shipping consumer applies each event through the inbox, in the same transaction as its
-//!    effect; the first message is handled twice, as after a lost acknowledgement, and its second
-//!    copy is skipped.
+//! 3. A shipping consumer applies each event through the inbox: its handler (`on_in`) writes the
+//!    shipment in the transaction where the inbox records the event id. Then the first event is
+//!    handed to the handler again, as after a lost acknowledgement, and the inbox skips it.
 //!
 //! It prints the accounting and exits non-zero if any guarantee was broken.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -21,8 +21,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+#[cfg(any(feature = "kafka", feature = "rabbit"))]
+use oncebox::consume::Outcome;
+use oncebox::consume::{Handlers, Received, TxFuture};
 #[cfg(feature = "kafka")]
-use oncebox::kafka::{KafkaEvent, KafkaListener, KafkaListenerConfig, KafkaSender, KafkaSenderConfig};
+use oncebox::kafka::{KafkaListener, KafkaListenerConfig, KafkaSender, KafkaSenderConfig};
 #[cfg(feature = "mysql")]
 use oncebox::mysql::MySqlDialect;
 #[cfg(feature = "oracle")]
@@ -31,10 +34,10 @@ use oncebox::oracle::{OraDialect, OraTransaction};
 use oncebox::postgres::PgDialect;
 #[cfg(feature = "rabbit")]
 use oncebox::rabbit::{
-    RabbitEvent, RabbitListener, RabbitListenerConfig, RabbitSender, RabbitSenderConfig, RabbitTopology,
+    RabbitListener, RabbitListenerConfig, RabbitSender, RabbitSenderConfig, RabbitTopology,
 };
 use oncebox::sqlite::SqliteDialect;
-use oncebox::{Config, Consumed, Dialect, Inbox, Oncebox};
+use oncebox::{Config, Consumed, Dialect, InboxWriter, Oncebox, OutboundMessage, Transactions};
 use oncebox_testkit::MemoryBroker;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -105,7 +108,7 @@ type Failure = Box<dyn std::error::Error + Send + Sync>;
 
 /// The business side of the example, for one database.
 trait Shop: Clone + Send + Sync + 'static {
-    type Dialect: Dialect;
+    type Dialect: Dialect + Transactions + Clone;
 
     /// Drops what earlier runs left and creates the business tables.
     fn reset(&self) -> impl Future<Output = Result<(), Failure>> + Send;
@@ -118,13 +121,13 @@ trait Shop: Clone + Send + Sync + 'static {
         commit: bool,
     ) -> impl Future<Output = Result<Vec<Uuid>, Failure>> + Send;
 
-    /// Applies one delivery: the shipment row and the inbox record commit together.
-    fn ship(
-        &self,
-        inbox: &Inbox<Arc<<Self::Dialect as Dialect>::Writer>>,
-        id: Uuid,
-        order: &OrderPlaced,
-    ) -> impl Future<Output = Result<Consumed<()>, Failure>> + Send;
+    /// The shipping handler: writes the shipment of `event`'s order in `tx`, the transaction in
+    /// which the inbox has just recorded the event id, so both commit together. It never sees a
+    /// duplicate: the inbox answers those before it runs.
+    fn ship<'a, M: Send + 'static>(
+        tx: &'a mut <Self::Dialect as Transactions>::Tx,
+        event: Received<OrderPlaced, M>,
+    ) -> TxFuture<'a>;
 
     /// Shipments made.
     fn shipments(&self) -> impl Future<Output = Result<i64, Failure>> + Send;
@@ -174,25 +177,18 @@ macro_rules! shop {
                 Ok(ids)
             }
 
-            async fn ship(
-                &self,
-                inbox: &Inbox<Arc<<$dialect as Dialect>::Writer>>,
-                id: Uuid,
-                order: &OrderPlaced,
-            ) -> Result<Consumed<()>, Failure> {
-                let mut tx = self.pool.begin().await?;
-                if !inbox.record_in(&mut tx, id).await? {
-                    tx.rollback().await?;
-                    return Ok(Consumed::Duplicate);
-                }
-                sqlx::query($insert_shipment)
-                    .bind(order.order_id)
-                    .bind(id.to_string())
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
-                inbox.remember(id).await;
-                Ok(Consumed::Applied(()))
+            fn ship<'a, M: Send + 'static>(
+                tx: &'a mut sqlx::Transaction<'static, $database>,
+                event: Received<OrderPlaced, M>,
+            ) -> TxFuture<'a> {
+                Box::pin(async move {
+                    sqlx::query($insert_shipment)
+                        .bind(event.payload.order_id)
+                        .bind(event.id.to_string())
+                        .execute(&mut **tx)
+                        .await?;
+                    Ok(())
+                })
             }
 
             async fn shipments(&self) -> Result<i64, Failure> {
@@ -321,24 +317,16 @@ impl Shop for OraShop {
         Ok(ids)
     }
 
-    async fn ship(
-        &self,
-        inbox: &Inbox<Arc<<OraDialect as Dialect>::Writer>>,
-        id: Uuid,
-        order: &OrderPlaced,
-    ) -> Result<Consumed<()>, Failure> {
-        let mut tx = self.dialect.begin().await?;
-        if !inbox.record_in(&mut tx, id).await? {
-            tx.rollback().await?;
-            return Ok(Consumed::Duplicate);
-        }
-        let values: Vec<Box<dyn oncebox::oracle::oracle::sql_type::ToSql + Send>> =
-            vec![Box::new(order.order_id), Box::new(id.to_string())];
-        Self::run_in(&tx, "INSERT INTO quickstart_shipments (order_id, event_id) VALUES (:1, :2)", values)
-            .await?;
-        tx.commit().await?;
-        inbox.remember(id).await;
-        Ok(Consumed::Applied(()))
+    fn ship<'a, M: Send + 'static>(
+        tx: &'a mut OraTransaction,
+        event: Received<OrderPlaced, M>,
+    ) -> TxFuture<'a> {
+        Box::pin(async move {
+            let values: Vec<Box<dyn oncebox::oracle::oracle::sql_type::ToSql + Send>> =
+                vec![Box::new(event.payload.order_id), Box::new(event.id.to_string())];
+            Self::run_in(tx, "INSERT INTO quickstart_shipments (order_id, event_id) VALUES (:1, :2)", values)
+                .await
+        })
     }
 
     async fn shipments(&self) -> Result<i64, Failure> {
@@ -466,29 +454,46 @@ struct Tally {
 }
 
 impl Tally {
-    /// Handles one delivery, and the first one twice.
-    async fn deliver<S: Shop>(
-        &self,
-        shop: &S,
-        inbox: &Inbox<Arc<<S::Dialect as Dialect>::Writer>>,
-        id: Uuid,
-        order: &OrderPlaced,
-    ) -> Result<Consumed<()>, Failure> {
-        let first = self.received.lock().map(|mut ids| ids.insert(id) && ids.len() == 1).unwrap_or(false);
-        let outcome = shop.ship(inbox, id, order).await?;
-        self.count(&outcome);
-        if first {
-            let again = shop.ship(inbox, id, order).await?;
-            self.count(&again);
+    /// Counts one handled delivery of event `id`.
+    fn count(&self, id: Uuid, consumed: &Consumed<()>) {
+        if let Ok(mut received) = self.received.lock() {
+            received.insert(id);
         }
-        Ok(outcome)
-    }
-
-    fn count(&self, outcome: &Consumed<()>) {
-        match outcome {
+        match consumed {
             Consumed::Applied(()) => self.applied.fetch_add(1, Ordering::SeqCst),
             Consumed::Duplicate => self.duplicates.fetch_add(1, Ordering::SeqCst),
         };
+    }
+}
+
+/// Counts a listener's applied and duplicate deliveries into `tally` until the listener is gone.
+#[cfg(any(feature = "kafka", feature = "rabbit"))]
+fn tally_outcomes(mut outcomes: tokio::sync::broadcast::Receiver<Outcome>, tally: Arc<Tally>) {
+    tokio::spawn(async move {
+        loop {
+            match outcomes.recv().await {
+                Ok(Outcome::Applied { id }) => tally.count(id, &Consumed::Applied(())),
+                Ok(Outcome::Duplicate { id }) => tally.count(id, &Consumed::Duplicate),
+                Ok(_) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
+                    eprintln!("the tally missed {missed} listener outcomes; the accounting will say so");
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    });
+}
+
+/// A relayed message as a listener hands it to its handlers.
+fn as_received(message: &OutboundMessage) -> Received<Vec<u8>, ()> {
+    Received {
+        id: message.id,
+        event_type: message.event_type.clone(),
+        payload_type: Some(message.payload_type.clone()),
+        created_at: Some(message.created_at),
+        headers: message.headers.clone(),
+        source: (),
+        payload: message.payload.clone().into_bytes(),
     }
 }
 
@@ -550,16 +555,16 @@ where
     (stop, tokio::spawn(run(shutdown)))
 }
 
-async fn run_with<S: Shop>(
-    shop: S,
-    dialect: S::Dialect,
-    broker: Broker,
-    orders: u32,
-) -> Result<bool, Failure> {
+async fn run_with<S: Shop>(shop: S, dialect: S::Dialect, broker: Broker, orders: u32) -> Result<bool, Failure>
+where
+    Arc<<S::Dialect as Dialect>::Writer>: InboxWriter<<S::Dialect as Transactions>::Tx>,
+{
     shop.reset().await?;
     let memory = MemoryBroker::new();
     let mut subscription = memory.subscribe(TOPIC);
     let tally = Arc::new(Tally::default());
+    // The handlers' transactions come from the same pool as the engine's.
+    let transactions = dialect.clone();
     let builder = Oncebox::builder(config()?).dialect(dialect);
     let (outbox, listener): (_, Option<RunningListener>) = match &broker {
         Broker::Memory => (builder.sender(memory.clone()).start().await?, None),
@@ -571,19 +576,12 @@ async fn run_with<S: Shop>(
         Broker::Kafka(url) => {
             create_topic(url, TOPIC).await?;
             let outbox = builder.sender(KafkaSender::new(KafkaSenderConfig::new(url))?).start().await?;
-            let (shop, inbox, tally) = (shop.clone(), outbox.inbox("shipping"), tally.clone());
             // One consumer group across runs, like the RabbitMQ queue: a run starts after the
             // offsets the previous one committed.
             let listener = KafkaListener::builder(KafkaListenerConfig::new(url, QUEUE, [TOPIC]))
-                .on(EVENT, move |event: KafkaEvent<OrderPlaced>| {
-                    let (shop, inbox, tally) = (shop.clone(), inbox.clone(), tally.clone());
-                    async move {
-                        tally.deliver(&shop, &inbox, event.id, &event.payload).await.map_err(|error| {
-                            oncebox::Error::new(oncebox::ErrorKind::Other, error.to_string())
-                        })
-                    }
-                })
+                .on_in(EVENT, outbox.inbox("shipping"), transactions.clone(), S::ship)
                 .build()?;
+            tally_outcomes(listener.outcomes(), tally.clone());
             let running = spawn_listener(|shutdown| async move { listener.run(shutdown).await });
             (outbox, Some(running))
         }
@@ -592,44 +590,43 @@ async fn run_with<S: Shop>(
             let outbox = builder.sender(RabbitSender::new(RabbitSenderConfig::new(url))?).start().await?;
             // The consumer declares and binds its queue; until it has, mandatory publishing reports
             // the events unroutable and the relay retries them after a short backoff.
-            let (shop, inbox, tally) = (shop.clone(), outbox.inbox("shipping"), tally.clone());
             let listener = RabbitListener::builder(
                 RabbitListenerConfig::new(url, QUEUE).with_declare(RabbitTopology::new(TOPIC)),
             )
-            .on(EVENT, move |event: RabbitEvent<OrderPlaced>| {
-                let (shop, inbox, tally) = (shop.clone(), inbox.clone(), tally.clone());
-                async move {
-                    tally
-                        .deliver(&shop, &inbox, event.id, &event.payload)
-                        .await
-                        .map_err(|error| oncebox::Error::new(oncebox::ErrorKind::Other, error.to_string()))
-                }
-            })
+            .on_in(EVENT, outbox.inbox("shipping"), transactions.clone(), S::ship)
             .build()?;
+            tally_outcomes(listener.outcomes(), tally.clone());
             let running = spawn_listener(|shutdown| async move { listener.run(shutdown).await });
             (outbox, Some(running))
         }
     };
+    // The same handler without a broker: the in-memory broker's messages, and the redelivery below.
+    let handlers: Handlers<()> =
+        Handlers::new().on_in(EVENT, outbox.inbox("shipping"), transactions, S::ship);
+    let handler = handlers.get(EVENT).ok_or("the shipping handler is not registered")?;
 
     // 1. Business transactions that publish.
-    let mut committed = HashSet::new();
+    let mut committed = BTreeMap::new();
     let mut rolled_back = HashSet::new();
     for order_id in 1..=i64::from(orders) {
         let order =
             OrderPlaced { order_id, customer: format!("customer-{order_id}"), total_cents: 1_000 + order_id };
         let commit = order_id % 5 != 0;
-        let ids = shop.place(&outbox, &[order], commit).await?;
-        if commit { committed.extend(ids) } else { rolled_back.extend(ids) }
+        let ids = shop.place(&outbox, std::slice::from_ref(&order), commit).await?;
+        if commit {
+            committed.extend(ids.into_iter().map(|id| (id, order.clone())));
+        } else {
+            rolled_back.extend(ids);
+        }
     }
     // A bulk import: three orders and their events in one transaction.
     let bulk: Vec<OrderPlaced> = (1..=3)
         .map(|n| OrderPlaced { order_id: 100_000 + n, customer: "bulk".into(), total_cents: 500 })
         .collect();
-    committed.extend(shop.place(&outbox, &bulk, true).await?);
+    committed.extend(shop.place(&outbox, &bulk, true).await?.into_iter().zip(bulk));
     println!("published: {} committed, {} rolled back", committed.len(), rolled_back.len());
 
     // 2 and 3. The relay delivers; the shipping consumer applies through the inbox.
-    let inbox = outbox.inbox("shipping");
     let deadline = Instant::now() + Duration::from_secs(60);
     while tally.applied.load(Ordering::SeqCst) < committed.len() && Instant::now() < deadline {
         if !matches!(broker, Broker::Memory) {
@@ -640,14 +637,30 @@ async fn run_with<S: Shop>(
         else {
             continue;
         };
-        let order: OrderPlaced = serde_json::from_str(&message.payload)?;
-        tally.deliver(&shop, &inbox, message.id, &order).await?;
+        let consumed = handler(as_received(&message)).await.map_err(|failure| format!("{failure:?}"))?;
+        tally.count(message.id, &consumed);
+    }
+    // The first event once more, as a broker delivers it again after a lost acknowledgement: the
+    // inbox has its id, so the handler does not run.
+    if let Some((&id, order)) = committed.iter().next() {
+        let again = Received {
+            id,
+            event_type: EVENT.to_owned(),
+            payload_type: None,
+            created_at: None,
+            headers: oncebox::Headers::new(),
+            source: (),
+            payload: serde_json::to_vec(order)?,
+        };
+        let consumed = handler(again).await.map_err(|failure| format!("{failure:?}"))?;
+        tally.count(id, &consumed);
     }
     outbox.shutdown(Duration::from_secs(10)).await?;
     if let Some((stop, running)) = listener {
         let _ = stop.send(());
         running.await??;
     }
+    let committed: HashSet<Uuid> = committed.into_keys().collect();
 
     // Accounting.
     let received: HashSet<Uuid> = tally.received.lock().map(|ids| ids.clone()).unwrap_or_default();

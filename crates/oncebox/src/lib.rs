@@ -95,14 +95,14 @@ use std::time::Duration;
 pub use oncebox_core::config::{self, EventSettings, Polling};
 pub use oncebox_core::engine::{Lifecycle, StatsSnapshot, Wakers};
 pub use oncebox_core::redact;
-pub use oncebox_core::{Config, consume, event, hooks, trace};
 pub use oncebox_core::{
-    ConsumeError, Consumed, ConsumedCache, Daos, Deadline, Deserializer, Dialect, DlqDao, DlqHandler,
-    DlqStatus, EngineHandle, Error, ErrorKind, EventMeta, EventStatus, Headers, Inbox, InboxDao, InboxWriter,
-    JsonSerializer, NewOutboxEvent, NoCache, NoMetrics, OutboundMessage, OutboxDao, OutboxEvent,
+    BoxError, ConsumeError, Consumed, ConsumedCache, Daos, Deadline, Deserializer, Dialect, DlqDao,
+    DlqHandler, DlqStatus, EngineHandle, Error, ErrorKind, EventMeta, EventStatus, Headers, Inbox, InboxDao,
+    InboxWriter, JsonSerializer, NewOutboxEvent, NoCache, NoMetrics, OutboundMessage, OutboxDao, OutboxEvent,
     OutboxMetrics, OutboxWriter, Publisher, Result, SchemaPlan, SendError, Sender, SerializedEvent,
-    Serializer, TableNames, UuidGenerator, UuidV7Generator,
+    Serializer, TableNames, Transactions, UuidGenerator, UuidV7Generator,
 };
+pub use oncebox_core::{Config, consume, event, hooks, trace};
 
 /// Publishes an event inside the function's own transaction when the function returns `Ok`.
 ///
