@@ -881,12 +881,7 @@ mod tests {
         Ok(())
     }
 
-    /// A transaction over a [`SetInbox`]: ids and effects staged until committed.
-    #[derive(Default)]
-    struct StagedTx {
-        ids: Vec<(String, Uuid)>,
-        effects: Vec<u32>,
-    }
+    type StagedTx = crate::inbox::memory::StagedTx<u32>;
 
     /// The "database" of the transactional tests: the inbox's ids, the committed effects, and how
     /// many transactions ended each way.
@@ -904,14 +899,12 @@ mod tests {
             Ok(StagedTx::default())
         }
 
-        async fn commit(&self, tx: StagedTx) -> Result<()> {
-            if let (Ok(mut ids), Ok(mut effects), Ok(mut ended)) =
-                (self.inbox.committed.lock(), self.effects.lock(), self.ended.lock())
-            {
-                ids.extend(tx.ids);
-                effects.extend(tx.effects);
+        async fn commit(&self, mut tx: StagedTx) -> Result<()> {
+            if let (Ok(mut effects), Ok(mut ended)) = (self.effects.lock(), self.ended.lock()) {
+                effects.append(&mut tx.effects);
                 ended.0 += 1;
             }
+            self.inbox.commit(tx);
             Ok(())
         }
 
@@ -920,27 +913,6 @@ mod tests {
                 ended.1 += 1;
             }
             Ok(())
-        }
-    }
-
-    impl InboxWriter<StagedTx> for Arc<SetInbox> {
-        async fn record(&self, tx: &mut StagedTx, consumer: &str, id: Uuid) -> Result<bool> {
-            let key = (consumer.to_owned(), id);
-            if self.has(consumer, id) || tx.ids.contains(&key) {
-                return Ok(false);
-            }
-            tx.ids.push(key);
-            Ok(true)
-        }
-
-        async fn record_many(&self, tx: &mut StagedTx, consumer: &str, ids: &[Uuid]) -> Result<Vec<Uuid>> {
-            let mut new = Vec::new();
-            for id in ids {
-                if InboxWriter::record(self, tx, consumer, *id).await? {
-                    new.push(*id);
-                }
-            }
-            Ok(new)
         }
     }
 

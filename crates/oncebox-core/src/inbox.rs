@@ -564,7 +564,9 @@ pub(crate) mod memory {
     use async_trait::async_trait;
     use uuid::Uuid;
 
-    use crate::dao::{InboxClaim, InboxDao};
+    use std::sync::Arc;
+
+    use crate::dao::{InboxClaim, InboxDao, InboxWriter};
     use crate::error::Result;
 
     /// Applied records in a set, claims in flight by token. A claim's lease is over only when it
@@ -575,7 +577,47 @@ pub(crate) mod memory {
         claims: Mutex<HashMap<(String, Uuid), Uuid>>,
     }
 
+    /// A "transaction" over a [`SetInbox`]: inbox ids and effects staged until committed.
+    pub(crate) struct StagedTx<E> {
+        pub(crate) staged: Vec<(String, Uuid)>,
+        pub(crate) effects: Vec<E>,
+    }
+
+    impl<E> Default for StagedTx<E> {
+        fn default() -> Self {
+            Self { staged: Vec::new(), effects: Vec::new() }
+        }
+    }
+
+    impl<E: Send + Sync> InboxWriter<StagedTx<E>> for Arc<SetInbox> {
+        async fn record(&self, tx: &mut StagedTx<E>, consumer: &str, id: Uuid) -> Result<bool> {
+            let key = (consumer.to_owned(), id);
+            if self.has(consumer, id) || tx.staged.contains(&key) {
+                return Ok(false);
+            }
+            tx.staged.push(key);
+            Ok(true)
+        }
+
+        async fn record_many(&self, tx: &mut StagedTx<E>, consumer: &str, ids: &[Uuid]) -> Result<Vec<Uuid>> {
+            let mut new = Vec::new();
+            for id in ids {
+                if InboxWriter::record(self, tx, consumer, *id).await? {
+                    new.push(*id);
+                }
+            }
+            Ok(new)
+        }
+    }
+
     impl SetInbox {
+        /// Commits `tx`'s inbox ids (its effects are the caller's to keep).
+        pub(crate) fn commit<E>(&self, tx: StagedTx<E>) {
+            if let Ok(mut committed) = self.committed.lock() {
+                committed.extend(tx.staged);
+            }
+        }
+
         /// Whether `id` is recorded as applied for `consumer`.
         pub(crate) fn has(&self, consumer: &str, id: Uuid) -> bool {
             self.committed.lock().is_ok_and(|c| c.contains(&(consumer.to_owned(), id)))
@@ -668,39 +710,7 @@ mod tests {
 
     use super::memory::SetInbox;
 
-    /// A "transaction": ids staged until committed.
-    struct StagedTx {
-        staged: Vec<(String, Uuid)>,
-        effects: Vec<&'static str>,
-    }
-
-    impl SetInbox {
-        fn commit(&self, tx: StagedTx) {
-            if let Ok(mut committed) = self.committed.lock() {
-                committed.extend(tx.staged);
-            }
-        }
-    }
-
-    impl InboxWriter<StagedTx> for Arc<SetInbox> {
-        async fn record(&self, tx: &mut StagedTx, consumer: &str, id: Uuid) -> Result<bool> {
-            let key = (consumer.to_owned(), id);
-            if self.has(consumer, id) || tx.staged.contains(&key) {
-                return Ok(false);
-            }
-            tx.staged.push(key);
-            Ok(true)
-        }
-        async fn record_many(&self, tx: &mut StagedTx, consumer: &str, ids: &[Uuid]) -> Result<Vec<Uuid>> {
-            let mut new = Vec::new();
-            for id in ids {
-                if InboxWriter::record(self, tx, consumer, *id).await? {
-                    new.push(*id);
-                }
-            }
-            Ok(new)
-        }
-    }
+    type StagedTx = super::memory::StagedTx<&'static str>;
 
     #[derive(Default)]
     struct RecordingCache {
@@ -720,7 +730,7 @@ mod tests {
     }
 
     fn tx() -> StagedTx {
-        StagedTx { staged: Vec::new(), effects: Vec::new() }
+        StagedTx::default()
     }
 
     fn inbox(store: &Arc<SetInbox>, cache: &Arc<RecordingCache>) -> Inbox<Arc<SetInbox>> {

@@ -162,23 +162,7 @@ impl PgDialect {
     }
 }
 
-/// The pool's transactions, for a listener's transactional handlers
-/// ([`Handlers::on_in`](oncebox_core::consume::Handlers::on_in)).
-impl oncebox_core::Transactions for PgDialect {
-    type Tx = sqlx::Transaction<'static, sqlx::Postgres>;
-
-    fn begin(&self) -> impl std::future::Future<Output = Result<Self::Tx>> + Send {
-        self.store.begin()
-    }
-
-    fn commit(&self, tx: Self::Tx) -> impl std::future::Future<Output = Result<()>> + Send {
-        self.store.commit(tx)
-    }
-
-    fn rollback(&self, tx: Self::Tx) -> impl std::future::Future<Output = Result<()>> + Send {
-        self.store.rollback(tx)
-    }
-}
+oncebox_sqlx::store_transactions!(PgDialect, sqlx::Postgres);
 
 #[async_trait]
 impl Dialect for PgDialect {

@@ -121,23 +121,7 @@ impl SqliteDialect {
     }
 }
 
-/// The pool's transactions, for a listener's transactional handlers
-/// ([`Handlers::on_in`](oncebox_core::consume::Handlers::on_in)).
-impl oncebox_core::Transactions for SqliteDialect {
-    type Tx = sqlx::Transaction<'static, sqlx::Sqlite>;
-
-    fn begin(&self) -> impl std::future::Future<Output = Result<Self::Tx>> + Send {
-        self.store.begin()
-    }
-
-    fn commit(&self, tx: Self::Tx) -> impl std::future::Future<Output = Result<()>> + Send {
-        self.store.commit(tx)
-    }
-
-    fn rollback(&self, tx: Self::Tx) -> impl std::future::Future<Output = Result<()>> + Send {
-        self.store.rollback(tx)
-    }
-}
+oncebox_sqlx::store_transactions!(SqliteDialect, sqlx::Sqlite);
 
 #[async_trait]
 impl Dialect for SqliteDialect {

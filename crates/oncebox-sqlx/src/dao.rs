@@ -370,6 +370,39 @@ impl<Q: Queries> Transactions for SqlxStore<Q> {
     }
 }
 
+/// `impl Transactions for <dialect>` handing over to the dialect's [`SqlxStore`] (its `store`
+/// field), whose transactions are `sqlx::Transaction<'static, <database>>`: the pool's transactions
+/// for a listener's transactional handlers
+/// ([`Handlers::on_in`](oncebox_core::consume::Handlers::on_in)).
+#[macro_export]
+macro_rules! store_transactions {
+    ($dialect:ty, $database:ty) => {
+        /// The pool's transactions, for a listener's transactional handlers
+        /// ([`Handlers::on_in`](oncebox_core::consume::Handlers::on_in)).
+        impl oncebox_core::Transactions for $dialect {
+            type Tx = sqlx::Transaction<'static, $database>;
+
+            fn begin(&self) -> impl std::future::Future<Output = oncebox_core::Result<Self::Tx>> + Send {
+                oncebox_core::Transactions::begin(&self.store)
+            }
+
+            fn commit(
+                &self,
+                tx: Self::Tx,
+            ) -> impl std::future::Future<Output = oncebox_core::Result<()>> + Send {
+                oncebox_core::Transactions::commit(&self.store, tx)
+            }
+
+            fn rollback(
+                &self,
+                tx: Self::Tx,
+            ) -> impl std::future::Future<Output = oncebox_core::Result<()>> + Send {
+                oncebox_core::Transactions::rollback(&self.store, tx)
+            }
+        }
+    };
+}
+
 impl<Q: Queries> std::fmt::Debug for SqlxStore<Q> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SqlxStore").field("dialect", &Q::NAME).field("tables", self.tables()).finish()
