@@ -353,11 +353,8 @@ async fn relay<S: Store, T: Transport>(file: &ChaosFile, drop_sends: bool) -> Re
     }
     // First, so that a freeze request never meets SIGUSR1's default action (the end of the process).
     let freeze = FreezeRequest::listen()?;
-    let mut sender = transport::<T>()?.sender()?;
-    if drop_sends {
-        sender = Arc::new(DroppingSender { inner: sender });
-    }
-    let sender: Arc<dyn Sender> = Arc::new(FreezingSender { inner: sender, freeze });
+    let inner = transport::<T>()?.sender()?;
+    let sender: Arc<dyn Sender> = Arc::new(RelaySender { inner, freeze, drops_sends: drop_sends });
     let outbox = Oncebox::builder(file.oncebox.clone())
         .dialect(store::<S>(&names)?.open().await?)
         .sender_arc(sender)
@@ -431,14 +428,47 @@ impl FreezeRequest {
     }
 }
 
-/// Every relay's sender: the real one, and after a send that answers a freeze request the process
-/// stops itself (`kill -STOP` on its own pid) before the engine can settle the batch.
-struct FreezingSender {
+/// Every relay's sender: the real one, with two behaviours of the ledger's own. After a send that
+/// answers a freeze request the process stops itself (`kill -STOP` on its own pid) before the
+/// engine can settle the batch. With `drops_sends` (the deliberately broken relay) the events
+/// [`dropped_by_a_broken_relay`] names are answered as acknowledged and never sent. Written without
+/// the `async_trait` macro (this crate does not depend on it): the signatures are the ones the
+/// macro gives the trait's methods.
+struct RelaySender {
     inner: Arc<dyn Sender>,
     freeze: FreezeRequest,
+    drops_sends: bool,
 }
 
-impl Sender for FreezingSender {
+impl RelaySender {
+    /// Sends `batch`, leaving out the events a broken relay drops (answered as acknowledged).
+    async fn send_or_drop(
+        &self,
+        batch: &[OutboundMessage],
+        deadline: Deadline,
+    ) -> Vec<Result<(), SendError>> {
+        if !self.drops_sends {
+            return self.inner.send(batch, deadline).await;
+        }
+        let kept: Vec<OutboundMessage> =
+            batch.iter().filter(|message| !dropped_by_a_broken_relay(message.id)).cloned().collect();
+        let mut sent = self.inner.send(&kept, deadline).await.into_iter();
+        batch
+            .iter()
+            .map(|message| {
+                if dropped_by_a_broken_relay(message.id) {
+                    Ok(())
+                } else {
+                    sent.next().unwrap_or_else(|| {
+                        Err(plumbing("the dropping sender", format!("no answer for event {}", message.id)))
+                    })
+                }
+            })
+            .collect()
+    }
+}
+
+impl Sender for RelaySender {
     fn send<'s, 'b, 'f>(
         &'s self,
         batch: &'b [OutboundMessage],
@@ -450,7 +480,7 @@ impl Sender for FreezingSender {
         Self: 'f,
     {
         Box::pin(async move {
-            let results = self.inner.send(batch, deadline).await;
+            let results = self.send_or_drop(batch, deadline).await;
             if !batch.is_empty() && self.freeze.take() {
                 eprintln!(
                     "chaos_relay: freezing after sending {} events, before settling them (first {})",
@@ -466,64 +496,6 @@ impl Sender for FreezingSender {
                 eprintln!("chaos_relay: continued after the freeze ({stopped:?})");
             }
             results
-        })
-    }
-
-    fn adopt_emergency_timeout(&self, timeout: Duration) -> Result<()> {
-        self.inner.adopt_emergency_timeout(timeout)
-    }
-
-    fn transport(&self) -> Option<TransportKind> {
-        self.inner.transport()
-    }
-
-    fn flush<'s, 'f>(&'s self, timeout: Duration) -> Pin<Box<dyn Future<Output = Result<()>> + Send + 'f>>
-    where
-        's: 'f,
-        Self: 'f,
-    {
-        self.inner.flush(timeout)
-    }
-}
-
-/// The deliberately broken relay's sender: the events [`dropped_by_a_broken_relay`] names are
-/// answered as acknowledged and never sent; the others go to the real sender. Written without the
-/// `async_trait` macro (this crate does not depend on it): the signatures are the ones the macro
-/// gives the trait's methods.
-struct DroppingSender {
-    inner: Arc<dyn Sender>,
-}
-
-impl Sender for DroppingSender {
-    fn send<'s, 'b, 'f>(
-        &'s self,
-        batch: &'b [OutboundMessage],
-        deadline: Deadline,
-    ) -> Pin<Box<dyn Future<Output = Vec<Result<(), SendError>>> + Send + 'f>>
-    where
-        's: 'f,
-        'b: 'f,
-        Self: 'f,
-    {
-        Box::pin(async move {
-            let kept: Vec<OutboundMessage> =
-                batch.iter().filter(|message| !dropped_by_a_broken_relay(message.id)).cloned().collect();
-            let mut sent = self.inner.send(&kept, deadline).await.into_iter();
-            batch
-                .iter()
-                .map(|message| {
-                    if dropped_by_a_broken_relay(message.id) {
-                        Ok(())
-                    } else {
-                        sent.next().unwrap_or_else(|| {
-                            Err(plumbing(
-                                "the dropping sender",
-                                format!("no answer for event {}", message.id),
-                            ))
-                        })
-                    }
-                })
-                .collect()
         })
     }
 

@@ -667,19 +667,10 @@ impl Transport for RabbitTransport {
 fn kafka_positions(bootstrap: &str, group: &str, topic: &str) -> Result<String> {
     use rdkafka::consumer::Consumer;
     let consumer = reader(bootstrap, Some(group))?;
-    let mut list = rdkafka::TopicPartitionList::new();
-    for partition in 0..TOPIC_PARTITIONS {
-        list.add_partition(topic, partition);
-    }
-    let committed = consumer
-        .committed_offsets(list, SET_UP)
-        .map_err(|error| plumbing("reading the committed offsets", error))?;
     let mut text = format!("topic {topic}, group {group}:");
-    for partition in 0..TOPIC_PARTITIONS {
-        let offset = committed.find_partition(topic, partition).map(|element| element.offset());
-        let (low, high) = consumer
-            .fetch_watermarks(topic, partition, SET_UP)
-            .map_err(|error| plumbing("reading the watermarks", error))?;
+    for PartitionPosition { partition, committed: offset, low, high } in
+        partition_positions(&consumer, topic)?
+    {
         text.push_str(&format!(" partition {partition}: committed {offset:?}, watermarks {low}..{high}"));
         if let Some(rdkafka::Offset::Offset(next)) = offset
             && next < high
@@ -713,8 +704,36 @@ fn kafka_positions(bootstrap: &str, group: &str, topic: &str) -> Result<String> 
 /// The lag of `group` on `topic`: per partition the high watermark minus the committed offset (the
 /// whole partition where nothing is committed), summed.
 fn kafka_lag(bootstrap: &str, group: &str, topic: &str) -> Result<u64> {
+    let positions = partition_positions(&reader(bootstrap, Some(group))?, topic)?;
+    Ok(positions
+        .iter()
+        .map(|position| {
+            let next = match position.committed {
+                Some(rdkafka::Offset::Offset(next)) => next,
+                _ => position.low,
+            };
+            u64::try_from(position.high - next).unwrap_or(0)
+        })
+        .sum())
+}
+
+/// Where a consumer group stands on one partition.
+struct PartitionPosition {
+    partition: i32,
+    /// The group's committed offset, when it has one.
+    committed: Option<rdkafka::Offset>,
+    /// The low watermark.
+    low: i64,
+    /// The high watermark: the offset the next record gets.
+    high: i64,
+}
+
+/// Per partition of `topic`: the committed offset of `consumer`'s group and the watermarks.
+fn partition_positions(
+    consumer: &rdkafka::consumer::BaseConsumer,
+    topic: &str,
+) -> Result<Vec<PartitionPosition>> {
     use rdkafka::consumer::Consumer;
-    let consumer = reader(bootstrap, Some(group))?;
     let mut list = rdkafka::TopicPartitionList::new();
     for partition in 0..TOPIC_PARTITIONS {
         list.add_partition(topic, partition);
@@ -722,18 +741,15 @@ fn kafka_lag(bootstrap: &str, group: &str, topic: &str) -> Result<u64> {
     let committed = consumer
         .committed_offsets(list, SET_UP)
         .map_err(|error| plumbing("reading the committed offsets", error))?;
-    let mut lag = 0;
+    let mut positions = Vec::new();
     for partition in 0..TOPIC_PARTITIONS {
         let (low, high) = consumer
             .fetch_watermarks(topic, partition, SET_UP)
             .map_err(|error| plumbing("reading the watermarks", error))?;
-        let next = match committed.find_partition(topic, partition).map(|element| element.offset()) {
-            Some(rdkafka::Offset::Offset(next)) => next,
-            _ => low,
-        };
-        lag += u64::try_from(high - next).unwrap_or(0);
+        let committed = committed.find_partition(topic, partition).map(|element| element.offset());
+        positions.push(PartitionPosition { partition, committed, low, high });
     }
-    Ok(lag)
+    Ok(positions)
 }
 
 /// A Kafka consumer of a stalled run's diagnostics that commits nothing: in `group` to read its
