@@ -449,21 +449,19 @@ impl<M: Send + 'static> Handlers<M> {
                 let event = raw.decode_json::<T>()?;
                 let id = event.id;
                 let mut tx = transactions.begin().await.map_err(HandlerFailure::Failed)?;
-                let outcome = match inbox.record_in(&mut tx, id).await {
-                    Err(error) => {
-                        Err(HandlerFailure::Failed(error.context(format!("the inbox for event {id}"))))
+                let consumed = inbox
+                    .consume_in_at(&mut tx, id, created_at, async |tx: &mut S::Tx| handler(tx, event).await);
+                let outcome = consumed.await.map_err(|failure| match failure {
+                    // Unknown to the inbox and older than the ids it keeps: it may have been
+                    // applied and forgotten, so it is never applied.
+                    ConsumeError::Inbox(error) if error.kind() == ErrorKind::TooOld => {
+                        HandlerFailure::Poison(error)
                     }
-                    Ok(false) => Ok(Consumed::Duplicate),
-                    Ok(true) => match inbox.admit(id, created_at) {
-                        // Unknown to the inbox and older than the ids it keeps: it may have been
-                        // applied and forgotten, so it is never applied.
-                        Err(too_old) => Err(HandlerFailure::Poison(too_old)),
-                        Ok(()) => match handler(&mut tx, event).await {
-                            Ok(()) => Ok(Consumed::Applied(())),
-                            Err(error) => Err(handler_failure(id, error)),
-                        },
-                    },
-                };
+                    ConsumeError::Inbox(error) => {
+                        HandlerFailure::Failed(error.context(format!("the inbox for event {id}")))
+                    }
+                    ConsumeError::Handler(error) => handler_failure(id, error),
+                });
                 if !matches!(outcome, Ok(Consumed::Applied(()))) {
                     if let Err(error) = transactions.rollback(tx).await {
                         tracing::warn!(event_id = %id, %error, "rolling back a transactional handler failed; the database discards it with the connection");

@@ -236,9 +236,29 @@ impl<W> Inbox<W> {
         W: InboxWriter<Tx>,
         F: AsyncFnOnce(&mut Tx) -> Result<R, E>,
     {
+        self.consume_in_at(tx, id, None, effect).await
+    }
+
+    /// [`consume_in`](Self::consume_in) for an event written at `created_at`: an id new to the
+    /// inbox that is older than the ids it keeps is refused ([`admit`](Self::admit),
+    /// [`ErrorKind::TooOld`]; roll `tx` back) and `effect` never runs, while an id it knows is
+    /// still answered as a duplicate.
+    pub async fn consume_in_at<Tx, R, E, F>(
+        &self,
+        tx: &mut Tx,
+        id: Uuid,
+        created_at: Option<chrono::DateTime<chrono::Utc>>,
+        effect: F,
+    ) -> Result<Consumed<R>, ConsumeError<E>>
+    where
+        Tx: ?Sized,
+        W: InboxWriter<Tx>,
+        F: AsyncFnOnce(&mut Tx) -> Result<R, E>,
+    {
         if !self.record_new_in(tx, id).await.map_err(ConsumeError::Inbox)? {
             return Ok(Consumed::Duplicate);
         }
+        self.admit(id, created_at).map_err(ConsumeError::Inbox)?;
         match effect(tx).await {
             Ok(value) => {
                 self.count(InboxOutcome::Consumed, 1);
@@ -1048,6 +1068,36 @@ mod tests {
             !store.in_flight("billing", unknown) && !store.has("billing", unknown),
             "the claim was released"
         );
+    }
+
+    #[tokio::test]
+    async fn a_transactional_consume_refuses_an_old_event_only_when_the_inbox_does_not_know_it() {
+        let store = Arc::new(SetInbox::default());
+        let cache = Arc::new(RecordingCache::default());
+        let inbox = inbox(&store, &cache).with_retention(Duration::from_secs(3_600));
+        let old = Some(chrono::Utc::now() - chrono::Duration::hours(2));
+        let known = Uuid::now_v7();
+        let mut first = tx();
+        let applied =
+            inbox.consume_in(&mut first, known, async |_tx: &mut StagedTx| Ok::<_, std::io::Error>(())).await;
+        assert!(matches!(applied, Ok(Consumed::Applied(()))));
+        store.commit(first);
+        let again = inbox
+            .consume_in_at(&mut tx(), known, old, async |_tx: &mut StagedTx| Ok::<_, std::io::Error>(()))
+            .await;
+        assert!(matches!(again, Ok(Consumed::Duplicate)), "a known id settles as a duplicate: {again:?}");
+        let mut refused_tx = tx();
+        let refused = inbox
+            .consume_in_at(&mut refused_tx, Uuid::now_v7(), old, async |tx: &mut StagedTx| {
+                tx.effects.push("applied");
+                Ok::<_, std::io::Error>(())
+            })
+            .await;
+        assert!(
+            matches!(&refused, Err(ConsumeError::Inbox(error)) if error.kind() == ErrorKind::TooOld),
+            "{refused:?}"
+        );
+        assert!(refused_tx.effects.is_empty(), "the effect never ran");
     }
 
     #[tokio::test]
