@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 #[cfg(any(feature = "kafka", feature = "rabbit"))]
 use oncebox::consume::Outcome;
-use oncebox::consume::{Handlers, Received, TxFuture};
+use oncebox::consume::{EventHeaders, Handlers, Received, TxFuture};
 #[cfg(feature = "kafka")]
 use oncebox::kafka::{KafkaListener, KafkaListenerConfig, KafkaSender, KafkaSenderConfig};
 #[cfg(feature = "mysql")]
@@ -484,17 +484,16 @@ fn tally_outcomes(mut outcomes: tokio::sync::broadcast::Receiver<Outcome>, tally
     });
 }
 
-/// A relayed message as a listener hands it to its handlers.
-fn as_received(message: &OutboundMessage) -> Received<Vec<u8>, ()> {
-    Received {
-        id: message.id,
-        event_type: message.event_type.clone(),
-        payload_type: Some(message.payload_type.clone()),
-        created_at: Some(message.created_at),
-        headers: message.headers.clone(),
-        source: (),
-        payload: message.payload.clone().into_bytes(),
-    }
+/// A relayed message as a listener hands it to its handlers: its headers read as they go on the
+/// wire, by the same decoding every transport uses.
+fn as_received(message: &OutboundMessage) -> Result<Received<Vec<u8>, ()>, oncebox::Error> {
+    let wire = message.wire_headers();
+    let headers = EventHeaders::decode(
+        "the in-memory broker",
+        wire.iter().map(|(name, value)| (name.as_str(), Some(value.as_str()))),
+    )?;
+    let event_type = headers.event_type.clone().unwrap_or_else(|| message.event_type.clone());
+    Ok(headers.into_received(event_type, (), message.payload.clone().into_bytes()))
 }
 
 /// Where the relay delivers.
@@ -637,7 +636,7 @@ where
         else {
             continue;
         };
-        let consumed = handler(as_received(&message)).await.map_err(|failure| format!("{failure:?}"))?;
+        let consumed = handler(as_received(&message)?).await.map_err(|failure| format!("{failure:?}"))?;
         tally.count(message.id, &consumed);
     }
     // The first event once more, as a broker delivers it again after a lost acknowledgement: the
