@@ -86,6 +86,34 @@ const STATS_EVERY: Duration = Duration::from_millis(200);
 /// The graceful shutdown deadline after SIGTERM.
 const SHUTDOWN: Duration = Duration::from_secs(5);
 
+/// How long a relay or consumer keeps trying to start while its database or broker is away.
+const START_PATIENCE: Duration = Duration::from_secs(60);
+
+/// Runs `start` until it succeeds, retrying database, broker and timeout errors every 250 ms for at
+/// most [`START_PATIENCE`]. A process killed by the harness is restarted at once, and the restart
+/// can meet a database restart or a blackholed path; a deployed relay's supervisor would restart
+/// it until it comes up, and this is that supervisor. Any other error (bad config) fails at once.
+async fn patiently<T, F, Fut>(what: &str, mut start: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let deadline = tokio::time::Instant::now() + START_PATIENCE;
+    loop {
+        match start().await {
+            Ok(started) => return Ok(started),
+            Err(error)
+                if matches!(error.kind(), ErrorKind::Database | ErrorKind::Broker | ErrorKind::Timeout)
+                    && tokio::time::Instant::now() < deadline =>
+            {
+                eprintln!("{what}: starting failed, trying again: {error}");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
+
 /// The SQL database of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -355,11 +383,15 @@ async fn relay<S: Store, T: Transport>(file: &ChaosFile, drop_sends: bool) -> Re
     let freeze = FreezeRequest::listen()?;
     let inner = transport::<T>()?.sender()?;
     let sender: Arc<dyn Sender> = Arc::new(RelaySender { inner, freeze, drops_sends: drop_sends });
-    let outbox = Oncebox::builder(file.oncebox.clone())
-        .dialect(store::<S>(&names)?.open().await?)
-        .sender_arc(sender)
-        .start()
-        .await?;
+    let store = store::<S>(&names)?;
+    let outbox = patiently("chaos_relay", || async {
+        Oncebox::builder(file.oncebox.clone())
+            .dialect(store.open().await?)
+            .sender_arc(sender.clone())
+            .start()
+            .await
+    })
+    .await?;
     let stats_path = RelayStats::path(&file.chaos.stats_dir, std::process::id());
     RelayStats::from(outbox.stats()).write(&stats_path)?;
 
@@ -535,7 +567,7 @@ async fn once_consumer<S: Store, T: Transport>(file: &ChaosFile) -> Result<()> {
     let names = Arc::new(file.names()?);
     let mut config = file.oncebox.clone();
     config.outbox = None;
-    let oncebox = Oncebox::builder(config).dialect(store::<S>(&names)?.open().await?).start().await?;
+    let oncebox = start_consumer_side::<S>(config, &names).await?;
     let inbox = oncebox.inbox(file.chaos.inbox_consumer.clone()).with_lease(ONCE_LEASE);
     let dialect = oncebox.dialect().clone();
     let deliveries: Arc<str> = file.chaos.deliveries_table.as_str().into();
@@ -572,8 +604,11 @@ async fn once_consumer<S: Store, T: Transport>(file: &ChaosFile) -> Result<()> {
             S::note_delivery(&dialect, &deliveries, &delivery, "duplicate").await
         })
     });
-    let listening =
-        transport::<T>()?.listen_once(&names, &file.event_types(), inbox, effect, duplicate).await?;
+    let (transport, event_types) = (transport::<T>()?, file.event_types());
+    let listening = patiently("chaos_consumer", || {
+        transport.listen_once(&names, &event_types, inbox.clone(), effect.clone(), duplicate.clone())
+    })
+    .await?;
     let listened = listening.until(terminated(file.chaos.exit_on_stdin_eof)).await;
     let shutdown = oncebox.shutdown(SHUTDOWN).await;
     listened?;
@@ -635,11 +670,20 @@ async fn fail_as_planned<S: Store>(
     Err(Error::new(ErrorKind::Other, format!("event {id}: the handler fails on purpose ({planned:?})")))
 }
 
+/// A consumer-only oncebox (no outbox section) on the run's store, started [`patiently`].
+async fn start_consumer_side<S: Store>(config: Config, names: &Names) -> Result<Oncebox<S::Dialect>> {
+    let store = store::<S>(names)?;
+    patiently("chaos_consumer", || async {
+        Oncebox::builder(config.clone()).dialect(store.open().await?).start().await
+    })
+    .await
+}
+
 async fn consumer<S: Store, T: Transport>(file: &ChaosFile, broken: bool) -> Result<()> {
     let names = Arc::new(file.names()?);
     let mut config = file.oncebox.clone();
     config.outbox = None;
-    let oncebox = Oncebox::builder(config).dialect(store::<S>(&names)?.open().await?).start().await?;
+    let oncebox = start_consumer_side::<S>(config, &names).await?;
     let inbox = oncebox.inbox(file.chaos.inbox_consumer.clone());
     let dialect = oncebox.dialect().clone();
     let deliveries: Arc<str> = file.chaos.deliveries_table.as_str().into();
@@ -654,7 +698,9 @@ async fn consumer<S: Store, T: Transport>(file: &ChaosFile, broken: bool) -> Res
             })
         })
     };
-    let listening = transport::<T>()?.listen(&names, &file.event_types(), handler).await?;
+    let (transport, event_types) = (transport::<T>()?, file.event_types());
+    let listening =
+        patiently("chaos_consumer", || transport.listen(&names, &event_types, handler.clone())).await?;
     let listened = listening.until(terminated(file.chaos.exit_on_stdin_eof)).await;
     let shutdown = oncebox.shutdown(SHUTDOWN).await;
     listened?;
@@ -860,6 +906,33 @@ pub fn config_argument() -> Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_process_start_retries_an_absent_server_and_fails_at_once_on_bad_config() {
+        let mut tries = 0;
+        let started = patiently("test", || {
+            tries += 1;
+            let tries = tries;
+            async move {
+                match tries {
+                    1 => Err(Error::new(ErrorKind::Database, "connecting to PostgreSQL (EOF)")),
+                    2 => Err(Error::new(ErrorKind::Broker, "connection refused")),
+                    _ => Ok(tries),
+                }
+            }
+        })
+        .await;
+        assert_eq!(started.ok(), Some(3));
+
+        let mut tries = 0;
+        let failed: Result<()> = patiently("test", || {
+            tries += 1;
+            async { Err(Error::config("oncebox.outbox", "a relay needs the outbox section")) }
+        })
+        .await;
+        assert_eq!(failed.map_err(|error| error.kind()), Err(ErrorKind::Config));
+        assert_eq!(tries, 1);
+    }
 
     #[test]
     fn the_inbox_warnings_of_claims_left_in_flight_name_their_ids() {
