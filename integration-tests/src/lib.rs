@@ -54,6 +54,9 @@ pub fn fresh_name(prefix: &str) -> String {
 /// The event type every scenario publishes.
 pub const EVENT_TYPE: &str = "order-placed";
 
+/// The consumer of the durable inbox restart test and its `stored_consumer` process.
+pub const STORED_CONSUMER: &str = "stored-restart";
+
 /// Copies of the first `count` committed events, as the relay sends them to `destination`, for a
 /// scenario to re-publish straight to the broker (what a lost acknowledgement leads to); each
 /// order's event type is `event_type(order)`.

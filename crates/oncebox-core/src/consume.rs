@@ -48,6 +48,7 @@ use crate::error::{BoxError, Error, ErrorKind, Result};
 use crate::event::{HEADER_CREATED_AT, HEADER_EVENT_ID, HEADER_EVENT_TYPE, HEADER_PAYLOAD_TYPE, Headers};
 use crate::inbox::{ConsumeError, Consumed, Inbox};
 use crate::serializer::{Deserializer, JsonSerializer};
+use crate::stored::StoredInbox;
 
 mod pipeline;
 
@@ -267,7 +268,7 @@ pub type TxFuture<'a> = Pin<Box<dyn Future<Output = std::result::Result<(), BoxE
 
 /// The failure of a transactional handler for event `id`: an oncebox error as it is, any other
 /// error wrapped with its text in the message (for the log line) and kept as the source.
-fn handler_failure(id: Uuid, error: BoxError) -> HandlerFailure {
+pub(crate) fn handler_failure(id: Uuid, error: BoxError) -> HandlerFailure {
     match error.downcast::<Error>() {
         Ok(error) => HandlerFailure::Failed(error.context(format!("the handler of event {id}"))),
         Err(error) => HandlerFailure::Failed(
@@ -483,6 +484,21 @@ impl<M: Send + 'static> Handlers<M> {
         self
     }
 
+    /// Stores every message of `event_types` in the durable inbox `inbox` instead of handling it
+    /// here ([`StoredInbox::keeper`]): the message is acknowledged once its row committed, and the
+    /// inbox's [`StoredProcessor`](crate::stored::StoredProcessor) runs its handler.
+    #[must_use]
+    pub fn store_in<E>(mut self, event_types: impl IntoIterator<Item = E>, inbox: &StoredInbox) -> Self
+    where
+        E: Into<String>,
+        M: fmt::Display,
+    {
+        for event_type in event_types {
+            self.by_type.insert(event_type.into(), inbox.keeper());
+        }
+        self
+    }
+
     /// Handles `event_type` through `inbox` with [`Inbox::consume_once`]: the id is claimed, then
     /// `effect` runs; a redelivered message is settled without running it again, one that arrives
     /// while another delivery's effect runs waits and runs again later (without counting a failed
@@ -631,6 +647,18 @@ impl<C: ListenerConfig> ListenerBuilder<C> {
         F: for<'a> Fn(&'a mut S::Tx, Received<T, C::Source>) -> TxFuture<'a> + Send + Sync + 'static,
     {
         self.handlers = self.handlers.on_in(event_type, inbox, transactions, handler);
+        self
+    }
+
+    /// Stores every message of `event_types` in the durable inbox `inbox`; see
+    /// [`Handlers::store_in`].
+    #[must_use]
+    pub fn store_in<E>(mut self, event_types: impl IntoIterator<Item = E>, inbox: &StoredInbox) -> Self
+    where
+        E: Into<String>,
+        C::Source: fmt::Display,
+    {
+        self.handlers = self.handlers.store_in(event_types, inbox);
         self
     }
 

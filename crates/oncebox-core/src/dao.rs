@@ -15,6 +15,7 @@ use crate::event::{
     ClaimedBatch, DlqCounts, DlqEvent, DlqFilter, DlqSelection, DlqStatus, JobLease, NewOutboxEvent,
     OlderEvents, OutboxCounts, OutboxEvent, SettleReport, Settlement,
 };
+use crate::stored::{InboxBatch, InboxCount, InboxMessage, InboxSettlement, NewInboxMessage};
 use crate::tables::TableNames;
 
 /// The relay's access to the outbox table.
@@ -125,6 +126,63 @@ pub trait InboxDao: Send + Sync {
     async fn delete_older_than(&self, older_than: Duration, limit: u32) -> Result<u64>;
 }
 
+/// The durable inbox's table (`outbox_inbox_messages`, [`crate::stored`]) outside any caller
+/// transaction. Every time is the database's.
+#[async_trait]
+pub trait StoredInboxDao: Send + Sync {
+    /// Stores `message` as RECEIVED, due now; `true` when it was new, `false` when the consumer
+    /// stored that id before (whatever its status: a redelivery never makes a second row).
+    async fn store(&self, message: &NewInboxMessage) -> Result<bool>;
+
+    /// Claims up to `limit` due RECEIVED messages of `consumer` and `event_type`, oldest
+    /// `available_at` first, making them PROCESSING under one fresh token with `locked_at` = now.
+    /// Rows a concurrent claimer holds are skipped, never shared.
+    async fn claim(&self, consumer: &str, event_type: &str, limit: u32) -> Result<InboxBatch>;
+
+    /// Ends the claim of one message as `settlement` says (a failed run counts one attempt);
+    /// `false`, changing nothing, when `token` no longer holds it (its lease ran out and another
+    /// poller took it over). A transactional handler settles PROCESSED inside its own transaction
+    /// instead ([`StoredInboxTransactions::finish_in`]).
+    async fn settle(
+        &self,
+        consumer: &str,
+        id: Uuid,
+        token: Uuid,
+        settlement: &InboxSettlement,
+    ) -> Result<bool>;
+
+    /// Returns every message PROCESSING since more than `lease` ago to RECEIVED, due now, under no
+    /// token: its holder crashed or stalled. The lost run counts one attempt with
+    /// [`LEASE_RAN_OUT`](crate::stored::LEASE_RAN_OUT) as its error, and the message whose attempts
+    /// reach `max_attempts` that way becomes FAILED instead, so a message that kills every
+    /// consumer running it is not run forever. Returns how many rows changed.
+    async fn recover_stuck(&self, lease: Duration, max_attempts: u32) -> Result<u64>;
+
+    /// Deletes up to `limit` PROCESSED messages processed more than `older_than` ago.
+    async fn delete_processed(&self, older_than: Duration, limit: u32) -> Result<u64>;
+
+    /// Reads one message.
+    async fn get(&self, consumer: &str, id: Uuid) -> Result<Option<InboxMessage>>;
+
+    /// Row counts per consumer, event type and status.
+    async fn counts(&self) -> Result<Vec<InboxCount>>;
+}
+
+/// Settles a claimed durable inbox message PROCESSED inside the transaction its transactional
+/// handler ran in, so the effect and the new status commit together or not at all. Every dialect
+/// implements it beside [`Transactions`].
+pub trait StoredInboxTransactions: Transactions {
+    /// Marks `(consumer, id)` PROCESSED in `tx` when `token` still holds its claim; `false` when it
+    /// no longer does: the caller then rolls `tx` back, since another poller owns the message now.
+    fn finish_in(
+        &self,
+        tx: &mut Self::Tx,
+        consumer: &str,
+        id: Uuid,
+        token: Uuid,
+    ) -> impl Future<Output = Result<bool>> + Send;
+}
+
 /// What [`InboxDao::claim`] found for an event id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InboxClaim {
@@ -200,7 +258,7 @@ pub struct SchemaPlan {
     pub outbox: bool,
     /// `outbox_dlq_events` (DLQ enabled).
     pub dlq: bool,
-    /// `outbox_consumed_events` (inbox side).
+    /// `outbox_consumed_events` and `outbox_inbox_messages` (inbox side).
     pub inbox: bool,
     /// `outbox_jobs` (any clean-up under a job lock).
     pub jobs: bool,
@@ -251,6 +309,8 @@ pub struct Daos {
     pub dlq: Arc<dyn DlqDao>,
     /// The inbox DAO.
     pub inbox: Arc<dyn InboxDao>,
+    /// The durable inbox DAO.
+    pub stored_inbox: Arc<dyn StoredInboxDao>,
     /// The job lock.
     pub job_lock: Arc<dyn JobLock>,
 }
@@ -308,6 +368,11 @@ pub trait Dialect: Send + Sync + 'static {
     /// The inbox DAO.
     fn inbox_dao(&self) -> Arc<dyn InboxDao> {
         self.daos().inbox
+    }
+
+    /// The durable inbox DAO.
+    fn stored_inbox_dao(&self) -> Arc<dyn StoredInboxDao> {
+        self.daos().stored_inbox
     }
 
     /// The job lock.

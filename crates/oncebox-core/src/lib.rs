@@ -33,6 +33,7 @@ pub mod redact;
 pub mod retry;
 pub mod sender;
 pub mod serializer;
+pub mod stored;
 pub mod tables;
 pub mod trace;
 
@@ -41,7 +42,7 @@ pub use async_trait::async_trait;
 pub use config::Config;
 pub use dao::{
     Daos, Dialect, DlqDao, InboxClaim, InboxDao, InboxWriter, JobLock, OutboxDao, OutboxWriter, SchemaPlan,
-    Transactions, WakeSource, WakeUp,
+    StoredInboxDao, StoredInboxTransactions, Transactions, WakeSource, WakeUp,
 };
 pub use engine::{Engine, EngineHandle, EngineParts, Lifecycle, StatsSnapshot};
 pub use error::{BoxError, Error, ErrorKind, Result};

@@ -2,7 +2,7 @@
 
 use crate::error::{Error, Result};
 
-/// The four table names, derived from a validated prefix.
+/// The five table names, derived from a validated prefix.
 ///
 /// The fields are private: these names are spliced into SQL, so the only way to make one is
 /// [`with_prefix`](Self::with_prefix), which validates the prefix; nothing can change them after.
@@ -16,6 +16,7 @@ pub struct TableNames {
     events: String,
     dlq: String,
     consumed: String,
+    inbox: String,
     jobs: String,
     prefix: String,
 }
@@ -29,6 +30,7 @@ impl TableNames {
             events: format!("{prefix}outbox_events"),
             dlq: format!("{prefix}outbox_dlq_events"),
             consumed: format!("{prefix}outbox_consumed_events"),
+            inbox: format!("{prefix}outbox_inbox_messages"),
             jobs: format!("{prefix}outbox_jobs"),
             prefix: prefix.to_owned(),
         })
@@ -49,6 +51,11 @@ impl TableNames {
         &self.consumed
     }
 
+    /// Durable inbox messages (`outbox_inbox_messages`).
+    pub fn inbox(&self) -> &str {
+        &self.inbox
+    }
+
     /// Job locks (`outbox_jobs`).
     pub fn jobs(&self) -> &str {
         &self.jobs
@@ -59,11 +66,13 @@ impl TableNames {
         &self.prefix
     }
 
-    /// Replaces `{events}`, `{dlq}`, `{consumed}`, `{jobs}` and `{prefix}` in a SQL template.
+    /// Replaces `{events}`, `{dlq}`, `{consumed}`, `{inbox}`, `{jobs}` and `{prefix}` in a SQL
+    /// template.
     pub fn render(&self, sql: &str) -> String {
         sql.replace("{events}", &self.events)
             .replace("{dlq}", &self.dlq)
             .replace("{consumed}", &self.consumed)
+            .replace("{inbox}", &self.inbox)
             .replace("{jobs}", &self.jobs)
             .replace("{prefix}", &self.prefix)
     }
@@ -100,6 +109,7 @@ impl Default for TableNames {
             events: "outbox_events".into(),
             dlq: "outbox_dlq_events".into(),
             consumed: "outbox_consumed_events".into(),
+            inbox: "outbox_inbox_messages".into(),
             jobs: "outbox_jobs".into(),
             prefix: String::new(),
         }

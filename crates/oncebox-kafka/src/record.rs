@@ -27,6 +27,13 @@ pub struct KafkaSource {
     pub offset: i64,
 }
 
+/// `orders/2@41` (topic, partition, offset): what a durable inbox stores as the source.
+impl std::fmt::Display for KafkaSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}@{}", self.topic, self.partition, self.offset)
+    }
+}
+
 /// The headers of `message` as Kafka record headers, values as raw UTF-8.
 pub(crate) fn record_headers(message: &OutboundMessage) -> OwnedHeaders {
     message.wire_headers().iter().fold(OwnedHeaders::new(), |headers, (name, value)| {

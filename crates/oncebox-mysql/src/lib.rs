@@ -165,7 +165,8 @@ impl MySqlDialect {
         plan: SchemaPlan,
         context: &str,
     ) -> Result<()> {
-        let wanted = [plan.outbox, plan.dlq, plan.inbox, plan.jobs];
+        // The column upgrades (ADD_RECOVERIES, ADD_CLAIMS) run below, only where needed.
+        let wanted = [plan.outbox, plan.dlq, plan.inbox, plan.jobs, false, false, plan.inbox];
         for (ddl, wanted) in self.store.queries().schema.iter().zip(wanted) {
             if wanted {
                 sqlx::raw_sql(ddl.clone()).execute(&mut *connection).await.context(context)?;

@@ -23,7 +23,7 @@ use crate::error::{DUPLICATE_KEY, SqlxResultExt, database_error, error_number};
 use crate::row::MySqlRowFormat;
 
 /// The migrations, in order, as shipped in `migrations/mysql/`.
-pub(crate) const MIGRATIONS: [(&str, &str); 6] = oncebox_sqlx::migrations!("mysql");
+pub(crate) const MIGRATIONS: [(&str, &str); 7] = oncebox_sqlx::migrations!("mysql");
 
 /// Indexes in [`MIGRATIONS`] of the migrations that are not idempotent by themselves (MySQL 8 has
 /// no `ADD COLUMN IF NOT EXISTS`): auto-create runs each only when its column is missing.
@@ -96,7 +96,7 @@ impl Template {
 #[derive(Debug)]
 pub struct MySqlQueries {
     pub(crate) common: Statements,
-    pub(crate) schema: [SqlStr; 6],
+    pub(crate) schema: [SqlStr; 7],
     /// Whether a table (first `?`) of the current database has a column (second `?`).
     pub(crate) has_column: SqlStr,
     pub(crate) insert_events: Template,
@@ -175,6 +175,7 @@ impl Queries for MySqlQueries {
                 migration(3),
                 migration(ADD_RECOVERIES),
                 migration(ADD_CLAIMS),
+                migration(6),
             ],
             has_column: sql("SELECT COUNT(*) FROM information_schema.COLUMNS \
                  WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?"),
@@ -244,6 +245,8 @@ impl Queries for MySqlQueries {
                 }
                 Param::Before(span) | Param::After(span) => query.bind(micros(span)),
                 Param::Time(time) => query.bind(time),
+                Param::OptionalTime(time) => query.bind(time),
+                Param::Bytes(bytes) => query.bind(bytes),
             };
         }
         Ok(query)

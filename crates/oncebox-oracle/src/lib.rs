@@ -50,6 +50,7 @@
 //! |---|---|
 //! | claim | one transaction: a `FOR UPDATE SKIP LOCKED` cursor fetching the batch, then `UPDATE … WHERE id IN (…)` |
 //! | settle | one array-bound `UPDATE` per batch, fenced by the claim token |
+//! | durable inbox | [`OraStoredInboxDao`]: payloads as BLOBs; claims as the outbox's (`FOR UPDATE SKIP LOCKED` cursor, then `UPDATE … WHERE id IN (…)`), settles fenced by the claim token, PROCESSED also in a handler's [`OraTransaction`] |
 //! | batch publish | one array-bound `INSERT` (payloads and headers as temporary LOBs) |
 //! | caller transactions | [`OraTransaction`], from [`OraDialect::begin`] |
 //! | blocking calls | on tokio's blocking threads, bounded by the pool size, with a call timeout |
@@ -70,18 +71,21 @@ mod outbox;
 mod row;
 mod session;
 mod statements;
+mod stored;
 mod writer;
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use oncebox_core::{Daos, Dialect, Result, SchemaPlan, TableNames};
+use uuid::Uuid;
 
 pub use crate::config::{DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_CONNECTIONS, OraConnectOptions};
 pub use crate::dlq::OraDlqDao;
 pub use crate::inbox::OraInboxDao;
 pub use crate::lock::OraJobLock;
 pub use crate::outbox::OraOutboxDao;
+pub use crate::stored::OraStoredInboxDao;
 pub use crate::writer::{OraTransaction, OraWriter};
 /// The `oracle` crate this dialect is built on, for the caller's own statements.
 pub use oracle;
@@ -182,6 +186,11 @@ impl OraDialect {
         OraInboxDao(self.store())
     }
 
+    /// The durable inbox DAO as its concrete type.
+    pub fn ora_stored_inbox_dao(&self) -> OraStoredInboxDao {
+        OraStoredInboxDao(self.store())
+    }
+
     /// The job lock as its concrete type.
     pub fn ora_job_lock(&self) -> OraJobLock {
         OraJobLock(self.store())
@@ -203,6 +212,27 @@ impl oncebox_core::Transactions for OraDialect {
 
     async fn rollback(&self, tx: OraTransaction) -> Result<()> {
         tx.rollback().await
+    }
+}
+
+/// Settles durable inbox messages in a transactional handler's [`OraTransaction`], so the new
+/// status commits or rolls back with the handler's effect.
+impl oncebox_core::StoredInboxTransactions for OraDialect {
+    async fn finish_in(
+        &self,
+        tx: &mut OraTransaction,
+        consumer: &str,
+        id: Uuid,
+        token: Uuid,
+    ) -> Result<bool> {
+        let context = "settling an inbox message";
+        let statements = Arc::clone(&self.statements);
+        let consumer = consumer.to_owned();
+        tx.held()?
+            .run(context, move |connection| {
+                crate::stored::finish_on(&statements, connection, &consumer, id, token, context)
+            })
+            .await
     }
 }
 
@@ -228,7 +258,7 @@ impl Dialect for OraDialect {
             .run(context, move |connection| {
                 // One flag per migration: the length is the migrations', so a new file cannot be left out.
                 let wanted: [bool; crate::statements::MIGRATIONS.len()] =
-                    [plan.outbox, plan.dlq, plan.inbox, plan.jobs, plan.outbox, plan.inbox];
+                    [plan.outbox, plan.dlq, plan.inbox, plan.jobs, plan.outbox, plan.inbox, plan.inbox];
                 for (block, wanted) in statements.schema.iter().zip(wanted) {
                     if wanted {
                         connection.execute(block, &[]).context(context)?;
@@ -244,6 +274,7 @@ impl Dialect for OraDialect {
             outbox: Arc::new(self.ora_outbox_dao()),
             dlq: Arc::new(self.ora_dlq_dao()),
             inbox: Arc::new(self.ora_inbox_dao()),
+            stored_inbox: Arc::new(self.ora_stored_inbox_dao()),
             job_lock: Arc::new(self.ora_job_lock()),
         }
     }

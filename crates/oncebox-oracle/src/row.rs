@@ -3,6 +3,7 @@
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 use oncebox_core::event::last_error_text;
+use oncebox_core::stored::{InboxMessage, NewInboxMessage};
 use oncebox_core::{DlqEvent, Error, ErrorKind, Headers, OutboxEvent, Result};
 use oracle::Row;
 use oracle::sql_type::FromSql;
@@ -79,6 +80,10 @@ impl<'r> Columns<'r> {
         self.get::<NaiveDateTime>(column).map(utc)
     }
 
+    fn optional_time(&self, column: &str) -> Result<Option<DateTime<Utc>>> {
+        self.get::<Option<NaiveDateTime>>(column).map(|time| time.map(utc))
+    }
+
     fn status<S: std::str::FromStr>(&self, column: &str, noun: &str) -> Result<S> {
         let text: String = self.get(column)?;
         text.parse().map_err(|_| self.bad(column, format!("unknown {noun} '{text}'")))
@@ -110,6 +115,45 @@ impl<'r> Columns<'r> {
             claim_token: claim_token
                 .map(|bytes| id_from_bytes(&bytes).map_err(|problem| self.bad("claim_token", problem)))
                 .transpose()?,
+        })
+    }
+
+    /// `column` as a nullable id (RAW(16)).
+    fn optional_id(&self, column: &str) -> Result<Option<Uuid>> {
+        let bytes: Option<Vec<u8>> = self.get(column)?;
+        bytes.map(|bytes| id_from_bytes(&bytes).map_err(|problem| self.bad(column, problem))).transpose()
+    }
+
+    /// The durable inbox columns of the row whose id is `id`.
+    pub(crate) fn inbox_message(&self, id: Uuid) -> Result<InboxMessage> {
+        let attempts: i64 = self.get("attempts")?;
+        // headers is NOT NULL with an IS JSON check; NULL is read as no headers all the same,
+        // as the outbox's headers are.
+        let headers: Option<String> = self.get("headers")?;
+        let headers = headers_from_text(headers.as_deref().unwrap_or_default())
+            .map_err(|problem| self.bad("headers", problem))?;
+        Ok(InboxMessage {
+            message: NewInboxMessage {
+                consumer: self.get("consumer")?,
+                id,
+                event_type: self.get("event_type")?,
+                payload_type: self.get("payload_type")?,
+                // An empty payload is stored as NULL: NULL is the empty payload that was stored.
+                payload: self.get::<Option<Vec<u8>>>("payload")?.unwrap_or_default(),
+                headers,
+                source: self.get("source")?,
+                correlation_id: self.get("correlation_id")?,
+                created_at: self.optional_time("created_at")?,
+            },
+            status: self.status("status", "inbox status")?,
+            attempts: u32::try_from(attempts)
+                .map_err(|_| self.bad("attempts", format!("{attempts} is out of range")))?,
+            received_at: self.time("received_at")?,
+            available_at: self.optional_time("available_at")?,
+            processed_at: self.optional_time("processed_at")?,
+            last_error: self.get("last_error")?,
+            claim_token: self.optional_id("claim_token")?,
+            locked_at: self.optional_time("locked_at")?,
         })
     }
 

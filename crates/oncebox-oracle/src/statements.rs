@@ -4,7 +4,7 @@
 use oncebox_core::TableNames;
 
 /// The migrations, in order, as shipped in `migrations/oracle/`.
-pub(crate) const MIGRATIONS: [(&str, &str); 6] = [
+pub(crate) const MIGRATIONS: [(&str, &str); 7] = [
     ("0001_outbox_events.sql", include_str!("../../../migrations/oracle/0001_outbox_events.sql")),
     ("0002_outbox_dlq_events.sql", include_str!("../../../migrations/oracle/0002_outbox_dlq_events.sql")),
     (
@@ -20,6 +20,10 @@ pub(crate) const MIGRATIONS: [(&str, &str); 6] = [
         "0006_outbox_consumed_events_claims.sql",
         include_str!("../../../migrations/oracle/0006_outbox_consumed_events_claims.sql"),
     ),
+    (
+        "0007_outbox_inbox_messages.sql",
+        include_str!("../../../migrations/oracle/0007_outbox_inbox_messages.sql"),
+    ),
 ];
 
 /// The most expressions Oracle takes in one `IN` list (ORA-01795); longer id lists are split.
@@ -33,7 +37,7 @@ macro_rules! statements {
         pub(crate) struct Statements {
             pub(crate) tables: TableNames,
             /// The migrations' PL/SQL blocks, in order.
-            pub(crate) schema: [String; 6],
+            pub(crate) schema: [String; MIGRATIONS.len()],
             $(pub(crate) $name: String,)*
         }
 
@@ -66,6 +70,8 @@ statements! {
     dlq_older_by_ids, dlq_older_by_type,
     inbox_record, inbox_consumed, inbox_claim, inbox_take_over, inbox_finish, inbox_release,
     inbox_delete_older_than,
+    stored_insert, stored_due, stored_mark, stored_claimed, stored_get, stored_processed, stored_retry,
+    stored_failed, stored_recover, stored_delete, stored_counts,
     insert_events, job_take_expired, job_insert, job_unlock,
 }
 
@@ -97,7 +103,7 @@ mod tests {
     fn every_statement_is_rendered_for_the_prefix() {
         let statements = shop();
         for (name, sql) in statements.all() {
-            for placeholder in ["{events}", "{dlq}", "{consumed}", "{jobs}", "{prefix}"] {
+            for placeholder in ["{events}", "{dlq}", "{consumed}", "{inbox}", "{jobs}", "{prefix}"] {
                 assert!(!sql.contains(placeholder), "{placeholder} left in {name}");
             }
             assert!(sql.contains("shop_outbox_"), "{name} names no prefixed table");
@@ -125,7 +131,12 @@ mod tests {
                 assert!(!sql.contains("FETCH FIRST") && !sql.contains("ROWNUM"), "{name} limits its cursor");
             }
         }
-        for sql in [&statements.claim_lock, &statements.recover_lock, &statements.dlq_lock_failed] {
+        for sql in [
+            &statements.claim_lock,
+            &statements.recover_lock,
+            &statements.dlq_lock_failed,
+            &statements.stored_due,
+        ] {
             assert!(sql.contains("FOR UPDATE SKIP LOCKED"), "{sql}");
         }
     }
@@ -139,6 +150,11 @@ mod tests {
             ("recover_update", &statements.recover_update),
             ("settle", &statements.settle),
             ("fail_undecodable", &statements.fail_undecodable),
+            ("stored_mark", &statements.stored_mark),
+            ("stored_processed", &statements.stored_processed),
+            ("stored_retry", &statements.stored_retry),
+            ("stored_failed", &statements.stored_failed),
+            ("stored_recover", &statements.stored_recover),
         ];
         let rendered = fenced.map(|(name, sql)| (name, with_ids(sql, 2)));
         oncebox_testkit::statement_rules::assert_updates_check_status(
@@ -161,6 +177,29 @@ mod tests {
         // Re-running a file is harmless: it ignores exactly "already exists" errors.
         assert!(events.contains("-955, -1408, -1430"), "{events}");
         assert_eq!(TableNames::default().render_migration(MIGRATIONS[3].1), MIGRATIONS[3].1);
+        let inbox = &statements.schema[6];
+        assert!(inbox.contains("CREATE TABLE shop_outbox_inbox_messages ("), "{inbox}");
+        assert!(
+            inbox.contains("CONSTRAINT shop_outbox_inbox_messages_pk PRIMARY KEY (consumer, id)"),
+            "{inbox}"
+        );
+        assert!(
+            inbox.contains("CREATE INDEX shop_outbox_inbox_messages_due ON shop_outbox_inbox_messages"),
+            "{inbox}"
+        );
+    }
+
+    #[test]
+    fn the_durable_inbox_statements_name_its_table() {
+        // Every stored_* statement works on the durable inbox's table, and settles are fenced by
+        // the token as well as the status.
+        let statements = shop();
+        for (name, sql) in statements.all().filter(|(name, _)| name.starts_with("stored_")) {
+            assert!(sql.contains("shop_outbox_inbox_messages"), "{name} names another table");
+        }
+        for sql in [&statements.stored_processed, &statements.stored_retry, &statements.stored_failed] {
+            assert!(code(sql).contains("claim_token = :claim_token"), "{sql}");
+        }
     }
 
     #[test]
@@ -172,7 +211,13 @@ mod tests {
     #[test]
     fn indexed_text_lookups_cast_the_nvarchar_bind() {
         let statements = shop();
-        for sql in [&statements.claim_lock, &statements.inbox_consumed, &statements.job_take_expired] {
+        for sql in [
+            &statements.claim_lock,
+            &statements.inbox_consumed,
+            &statements.job_take_expired,
+            &statements.stored_due,
+            &statements.stored_processed,
+        ] {
             assert!(sql.contains("CAST(:") && sql.contains("AS VARCHAR2(255 CHAR))"), "{sql}");
         }
     }

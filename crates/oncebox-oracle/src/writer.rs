@@ -36,7 +36,8 @@ impl OraTransaction {
         Self { held: Some(held) }
     }
 
-    fn held(&self) -> Result<&Held<Connection>> {
+    /// The held connection, or an error once the transaction has ended.
+    pub(crate) fn held(&self) -> Result<&Held<Connection>> {
         self.held
             .as_ref()
             .ok_or_else(|| oncebox_core::Error::invalid_input("the Oracle transaction has ended"))

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use oncebox_core::{
-    Dialect, Error, InboxWriter, NewOutboxEvent, OutboxWriter, Result, SchemaPlan, TableNames,
+    Dialect, Error, InboxWriter, NewOutboxEvent, OutboxWriter, Result, SchemaPlan, StoredInboxTransactions,
+    TableNames,
 };
 use oncebox_oracle::oracle::sql_type::ToSql;
 use oncebox_oracle::{OraConnectOptions, OraDialect};
@@ -90,6 +91,24 @@ impl DaoHarness for OraHarness {
         Ok(new)
     }
 
+    async fn finish_stored_in_transaction(
+        &self,
+        dialect: &OraDialect,
+        consumer: &str,
+        id: Uuid,
+        token: Uuid,
+        commit: bool,
+    ) -> Result<bool> {
+        let mut tx = dialect.begin().await?;
+        let finished = dialect.finish_in(&mut tx, consumer, id, token).await?;
+        if commit {
+            tx.commit().await?
+        } else {
+            tx.rollback().await?
+        }
+        Ok(finished)
+    }
+
     async fn backdate(
         &self,
         dialect: &OraDialect,
@@ -97,7 +116,9 @@ impl DaoHarness for OraHarness {
         ids: &[Uuid],
         by: Duration,
     ) -> Result<()> {
-        // NULL stays NULL: NULL minus an interval is NULL.
+        // NULL stays NULL: NULL minus an interval is NULL. Every table but the jobs' has an `id`
+        // column (the durable inbox's with the consumer in its key: an id stored for two
+        // consumers moves for both).
         let names: Vec<String> = (0..ids.len()).map(|index| format!("id{index}")).collect();
         let filter = if table.keyed_by_id() && !ids.is_empty() {
             let list: Vec<String> = names.iter().map(|name| format!(":{name}")).collect();
@@ -147,7 +168,8 @@ impl DaoHarness for OraHarness {
 
     async fn dispose(&self, dialect: OraDialect) -> Result<()> {
         let tables = dialect.tables();
-        let names = [tables.events(), tables.dlq(), tables.consumed(), tables.jobs()].map(str::to_owned);
+        let names = [tables.events(), tables.dlq(), tables.consumed(), tables.inbox(), tables.jobs()]
+            .map(str::to_owned);
         Self::on_pool(&dialect, "dropping", move |connection| {
             for name in names {
                 // ORA-00942: the table does not exist (a case that never created it).

@@ -189,6 +189,7 @@ impl Dialect for PgDialect {
             (plan.inbox, &queries.schema_consumed),
             // Idempotent the same way: upgrades inbox tables made before claims existed.
             (plan.inbox, &queries.schema_consumed_claims),
+            (plan.inbox, &queries.schema_inbox),
             (plan.jobs, &queries.schema_jobs),
         ];
         // PostgreSQL DDL is transactional, but two sessions running `CREATE … IF NOT EXISTS` for

@@ -19,7 +19,7 @@ use crate::error::PgServerErrors;
 use crate::row::PgRowFormat;
 
 /// The migrations, in order, as shipped in `migrations/postgres/`.
-pub(crate) const MIGRATIONS: [(&str, &str); 6] = oncebox_sqlx::migrations!("postgres");
+pub(crate) const MIGRATIONS: [(&str, &str); 7] = oncebox_sqlx::migrations!("postgres");
 
 /// The SQL of the PostgreSQL dialect for one set of table names: the statements the sqlx DAOs
 /// share, and PostgreSQL's own claim (one `UPDATE … FROM (SELECT … FOR UPDATE SKIP LOCKED)`),
@@ -38,6 +38,7 @@ pub struct PgQueries {
     pub(crate) schema_jobs: SqlStr,
     pub(crate) schema_events_recoveries: SqlStr,
     pub(crate) schema_consumed_claims: SqlStr,
+    pub(crate) schema_inbox: SqlStr,
     pub(crate) insert_events: SqlStr,
     pub(crate) insert_events_notify: SqlStr,
     pub(crate) insert_event: SqlStr,
@@ -114,6 +115,7 @@ impl Queries for PgQueries {
             schema_jobs: migration(3),
             schema_events_recoveries: migration(4),
             schema_consumed_claims: migration(5),
+            schema_inbox: migration(6),
             insert_events: sql(include_str!("../sql/insert_events.sql")),
             insert_events_notify: sql(include_str!("../sql/insert_events_notify.sql")),
             insert_event: sql(include_str!("../sql/insert_event.sql")),
@@ -148,6 +150,8 @@ impl Queries for PgQueries {
                 // The statements shift the database's own times by a bound number of microseconds.
                 Param::Before(span) | Param::After(span) => query.bind(micros(span)),
                 Param::Time(time) => query.bind(time),
+                Param::OptionalTime(time) => query.bind(time),
+                Param::Bytes(bytes) => query.bind(bytes),
             };
         }
         Ok(query)

@@ -68,6 +68,13 @@ pub struct RabbitSource {
     pub redelivered: bool,
 }
 
+/// `exchange 'orders' routing key 'order-placed'`: what a durable inbox stores as the source.
+impl std::fmt::Display for RabbitSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exchange '{}' routing key '{}'", self.exchange, self.routing_key)
+    }
+}
+
 fn header_text(value: &AMQPValue) -> Option<String> {
     match value {
         AMQPValue::LongString(text) => Some(String::from_utf8_lossy(text.as_bytes()).into_owned()),

@@ -4,17 +4,19 @@
 mod fixture;
 mod support;
 
+use std::collections::HashSet;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use oncebox_core::stored::InboxStatus;
 use oncebox_rabbit::{DEFAULT_RETRY_MAX, DEFAULT_RETRY_MIN, ListenerOutcome};
 use oncebox_testkit::case;
 use oncebox_testkit::runner::{Case, Suite, TestResult, fail, server_missing};
 
-use fixture::{Effect, Fixture, ListenerHarness, Setup, message_for};
+use fixture::{EVENT_TYPE, Effect, Fixture, ListenerHarness, Setup, WAIT, message_for};
 use support::{amqp_url, close_connections_named, connections_named, fresh_name};
 
 async fn a_message_is_applied_once_and_a_redelivered_copy_changes_nothing(
@@ -65,6 +67,74 @@ async fn a_transactional_handler_commits_its_effect_with_the_id_once_and_a_faile
         .map_err(fail)?;
     assert_eq!(rows, 1, "the failed run's row was rolled back with its inbox record");
     assert!(fixture.inbox.is_consumed(message.id).await.map_err(fail)?);
+    fixture.finish().await
+}
+
+async fn a_durable_inbox_releases_the_broker_once_stored_and_applies_each_effect_once(
+    harness: Arc<ListenerHarness>,
+) -> TestResult {
+    // The first two handler runs fail after writing their effect row: retried from the stored
+    // row, their rows rolled back.
+    let effect = Arc::new(Effect::failing_first(2));
+    let setup = Setup { durable: true, ..Setup::dead_lettered(3) };
+    let mut fixture = Fixture::start_with(&harness, effect.clone(), setup).await.map_err(fail)?;
+    let sender = fixture.sender().map_err(fail)?;
+    let messages: Vec<_> = (0..10).map(|index| message_for(&fixture.exchange, 100 + index)).collect();
+    for message in &messages {
+        fixture.deliver(&sender, message).await?;
+    }
+    // The same event again, as the relay sends it after a lost confirm.
+    fixture.deliver(&sender, &messages[0]).await?;
+    let mut stored = HashSet::new();
+    let mut duplicates = 0;
+    while stored.len() < messages.len() || duplicates < 1 {
+        match fixture.next_outcome().await? {
+            ListenerOutcome::Applied { id } => assert!(stored.insert(id), "event {id} was stored twice"),
+            ListenerOutcome::Duplicate { id } => {
+                assert_eq!(id, messages[0].id);
+                duplicates += 1;
+            }
+            other => return Err(fail(format!("unexpected outcome {other:?}"))),
+        }
+    }
+    // Stopped, the listener hands back what it did not acknowledge: nothing.
+    fixture.stop_listener().await?;
+    assert!(fixture.queued_now().await?.is_none(), "every message was acknowledged once stored");
+
+    let (inbox, _) = fixture.stored.as_ref().ok_or_else(|| fail("the fixture has a durable inbox"))?;
+    let dao = inbox.dao().clone();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let counts = dao.counts().await.map_err(fail)?;
+        let processed: u64 = counts
+            .iter()
+            .filter(|count| count.status == InboxStatus::Processed)
+            .map(|count| count.rows)
+            .sum();
+        if processed == messages.len() as u64 {
+            assert_eq!(counts.len(), 1, "nothing else is left: {counts:?}");
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err(fail(format!("not every stored message was processed: {counts:?}")));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let effects: Vec<(String, i64)> =
+        oncebox_sqlite::sqlx::query_as("SELECT event_id, COUNT(*) FROM effects GROUP BY event_id")
+            .fetch_all(fixture.dialect.pool())
+            .await
+            .map_err(fail)?;
+    assert_eq!(effects.len(), messages.len(), "an effect for each event");
+    assert!(effects.iter().all(|(_, rows)| *rows == 1), "each effect once: {effects:?}");
+    assert_eq!(effect.calls.load(Ordering::SeqCst), messages.len() + 2, "two failed runs, then one each");
+    let mut attempts = 0;
+    for message in &messages {
+        let row = dao.get("billing", message.id).await.map_err(fail)?.ok_or_else(|| fail("a stored row"))?;
+        attempts += row.attempts;
+        assert_eq!(row.message.source, format!("exchange '{}' routing key '{EVENT_TYPE}'", fixture.exchange));
+    }
+    assert_eq!(attempts, 2, "the failed runs are counted in their rows");
     fixture.finish().await
 }
 
@@ -471,6 +541,10 @@ fn cases() -> Vec<Case<ListenerHarness>> {
         case!(
             "a_transactional_handler_commits_its_effect_with_the_id_once_and_a_failed_run_leaves_nothing",
             a_transactional_handler_commits_its_effect_with_the_id_once_and_a_failed_run_leaves_nothing
+        ),
+        case!(
+            "a_durable_inbox_releases_the_broker_once_stored_and_applies_each_effect_once",
+            a_durable_inbox_releases_the_broker_once_stored_and_applies_each_effect_once
         ),
         case!(
             "a_poison_message_is_rejected_to_the_dead_letter_exchange",

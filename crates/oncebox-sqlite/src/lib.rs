@@ -143,6 +143,7 @@ impl Dialect for SqliteDialect {
             (plan.outbox, &queries.schema_events),
             (plan.dlq, &queries.schema_dlq),
             (plan.inbox, &queries.schema_consumed),
+            (plan.inbox, &queries.schema_inbox),
             (plan.jobs, &queries.schema_jobs),
         ];
         // SQLite DDL is transactional: either every planned table exists afterwards, or none changed.

@@ -28,7 +28,7 @@ const TIMESTAMP_FORMAT: &str = "'%Y-%m-%dT%H:%M:%fZ'";
 const NOW: &str = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
 
 /// The migrations, in order, as shipped in `migrations/sqlite/`.
-const MIGRATIONS: [(&str, &str); 6] = oncebox_sqlx::migrations!("sqlite");
+const MIGRATIONS: [(&str, &str); 7] = oncebox_sqlx::migrations!("sqlite");
 
 /// Columns bound per row by the multi-row outbox insert.
 pub(crate) const INSERT_EVENT_BINDS: usize = 6;
@@ -48,6 +48,7 @@ pub struct SqliteQueries {
     pub(crate) schema_events_recoveries: SqlStr,
     /// Adds the claim columns to an inbox table that lacks them (run only after checking).
     pub(crate) schema_consumed_claims: SqlStr,
+    pub(crate) schema_inbox: SqlStr,
     /// Whether a table (`?1`) has a column (`?2`).
     pub(crate) has_column: SqlStr,
     pub(crate) insert_events_head: String,
@@ -100,6 +101,7 @@ impl Queries for SqliteQueries {
             schema_jobs: sql(MIGRATIONS[3].1),
             schema_events_recoveries: sql(MIGRATIONS[4].1),
             schema_consumed_claims: sql(MIGRATIONS[5].1),
+            schema_inbox: sql(MIGRATIONS[6].1),
             has_column: sql("SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = ?2"),
             insert_events_head: text(include_str!("../sql/insert_events.sql").trim_end()),
             insert_events_row: text(include_str!("../sql/insert_events_row.sql").trim_end()),
@@ -140,6 +142,10 @@ impl Queries for SqliteQueries {
                 Param::After(span) => query.bind(later_by(span)),
                 // The stored form: fixed-width UTC text, so that text order is time order.
                 Param::Time(time) => query.bind(time.to_rfc3339_opts(SecondsFormat::Millis, true)),
+                Param::OptionalTime(time) => {
+                    query.bind(time.map(|time| time.to_rfc3339_opts(SecondsFormat::Millis, true)))
+                }
+                Param::Bytes(bytes) => query.bind(bytes),
             };
         }
         Ok(query)
@@ -151,6 +157,14 @@ impl Queries for SqliteQueries {
 
     fn rows_affected(result: &SqliteQueryResult) -> u64 {
         result.rows_affected()
+    }
+
+    async fn begin_write(
+        &self,
+        pool: &SqlitePool,
+        context: &str,
+    ) -> Result<sqlx::Transaction<'static, Sqlite>> {
+        pool.begin_with("BEGIN IMMEDIATE").await.context(context)
     }
 
     async fn claim(&self, pool: &SqlitePool, event_type: &str, max_rows: u32) -> Result<ClaimedBatch> {

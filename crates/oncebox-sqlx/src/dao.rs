@@ -9,11 +9,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use oncebox_core::event::last_error_text;
 use oncebox_core::event::{DlqCounts, DlqFilter, DlqSelection, JobLease, OlderEvents, OutboxCounts};
 use oncebox_core::inbox::{distinct, in_input_order};
+use oncebox_core::stored::{
+    InboxBatch, InboxCount, InboxMessage, InboxSettlement, LEASE_RAN_OUT, NewInboxMessage,
+};
 use oncebox_core::{
     ClaimedBatch, Daos, DlqDao, DlqEvent, DlqStatus, Error, ErrorKind, InboxClaim, InboxDao, JobLock,
-    OutboxDao, OutboxEvent, Result, SettleReport, Settlement, TableNames, Transactions,
+    OutboxDao, OutboxEvent, Result, SettleReport, Settlement, StoredInboxDao, StoredInboxTransactions,
+    TableNames, Transactions,
 };
 use sqlx::query::Query;
 use sqlx::{ColumnIndex, Database, Decode, Executor, IntoArguments, Pool, Row, Type};
@@ -322,6 +327,34 @@ pub trait Queries: Send + Sync + Sized + 'static {
         Ok(new)
     }
 
+    /// Settles a claimed durable inbox message PROCESSED on `connection` (a transactional
+    /// handler's transaction), fenced by `token`; whether it was still the claim's (see
+    /// [`StoredInboxTransactions::finish_in`]).
+    async fn finish_stored_on(
+        &self,
+        connection: &mut <Self::Db as Database>::Connection,
+        consumer: &str,
+        id: Uuid,
+        token: Uuid,
+    ) -> Result<bool> {
+        let params = [Param::Text(consumer), Param::Id(id), Param::Id(token)];
+        let statement = &self.statements().stored_processed;
+        let finished =
+            self.execute(Self::Db::on(connection), statement, &params, "settling an inbox message").await?;
+        Ok(finished == 1)
+    }
+
+    /// Begins a transaction that will write: the pool's usual one, or where the database locks
+    /// for writing only at the first write (SQLite), one that takes the write lock at once, so
+    /// that a claim's select and update see no other writer in between.
+    async fn begin_write(
+        &self,
+        pool: &Pool<Self::Db>,
+        context: &str,
+    ) -> Result<sqlx::Transaction<'static, Self::Db>> {
+        pool.begin().await.map_err(|error| Self::error(context, error))
+    }
+
     /// Takes the lease of `job` for `owner` when it is free or has run out; whether it was taken.
     /// The default runs `job_try_lock`, one statement that changes the job's row only then.
     async fn try_lock(
@@ -354,6 +387,12 @@ impl<Q: Queries> Clone for SqlxStore<Q> {
 
 /// The pool's transactions, for transactional handlers ([`Transactions`]); each dialect's own
 /// implementation hands over to this one.
+impl<Q: Queries> StoredInboxTransactions for SqlxStore<Q> {
+    async fn finish_in(&self, tx: &mut Self::Tx, consumer: &str, id: Uuid, token: Uuid) -> Result<bool> {
+        self.queries.finish_stored_on(tx, consumer, id, token).await
+    }
+}
+
 impl<Q: Queries> Transactions for SqlxStore<Q> {
     type Tx = sqlx::Transaction<'static, Q::Db>;
 
@@ -398,6 +437,19 @@ macro_rules! store_transactions {
                 tx: Self::Tx,
             ) -> impl std::future::Future<Output = oncebox_core::Result<()>> + Send {
                 oncebox_core::Transactions::rollback(&self.store, tx)
+            }
+        }
+
+        /// Settles durable inbox messages in a transactional handler's transaction.
+        impl oncebox_core::StoredInboxTransactions for $dialect {
+            fn finish_in(
+                &self,
+                tx: &mut Self::Tx,
+                consumer: &str,
+                id: uuid::Uuid,
+                token: uuid::Uuid,
+            ) -> impl std::future::Future<Output = oncebox_core::Result<bool>> + Send {
+                oncebox_core::StoredInboxTransactions::finish_in(&self.store, tx, consumer, id, token)
             }
         }
     };
@@ -451,6 +503,11 @@ impl<Q: Queries> SqlxStore<Q> {
         SqlxInboxDao(self.clone())
     }
 
+    /// The durable inbox DAO as its concrete type.
+    pub fn stored_inbox_dao(&self) -> SqlxStoredInboxDao<Q> {
+        SqlxStoredInboxDao(self.clone())
+    }
+
     /// The job lock as its concrete type.
     pub fn job_lock(&self) -> SqlxJobLock<Q> {
         SqlxJobLock(self.clone())
@@ -462,6 +519,7 @@ impl<Q: Queries> SqlxStore<Q> {
             outbox: Arc::new(self.outbox_dao()),
             dlq: Arc::new(self.dlq_dao()),
             inbox: Arc::new(self.inbox_dao()),
+            stored_inbox: Arc::new(self.stored_inbox_dao()),
             job_lock: Arc::new(self.job_lock()),
         }
     }
@@ -552,6 +610,9 @@ pub struct SqlxInboxDao<Q: Queries>(SqlxStore<Q>);
 /// [`JobLock`] over a dialect's [`Queries`], timed by the database clock.
 pub struct SqlxJobLock<Q: Queries>(SqlxStore<Q>);
 
+/// [`StoredInboxDao`] over a dialect's [`Queries`].
+pub struct SqlxStoredInboxDao<Q: Queries>(SqlxStore<Q>);
+
 macro_rules! shared_dao {
     ($($dao:ident: $kind:literal, $table:ident;)*) => {$(
         impl<Q: Queries> Clone for $dao<Q> {
@@ -573,6 +634,7 @@ shared_dao! {
     SqlxDlqDao: "DlqDao", dlq;
     SqlxInboxDao: "InboxDao", consumed;
     SqlxJobLock: "JobLock", jobs;
+    SqlxStoredInboxDao: "StoredInboxDao", inbox;
 }
 
 #[async_trait]
@@ -877,5 +939,129 @@ impl<Q: Queries> JobLock for SqlxJobLock<Q> {
             .execute(&self.0.statements().job_unlock, &params, &format!("unlocking job {}", lease.job))
             .await?;
         Ok(())
+    }
+}
+
+#[async_trait]
+impl<Q: Queries> StoredInboxDao for SqlxStoredInboxDao<Q> {
+    async fn store(&self, message: &NewInboxMessage) -> Result<bool> {
+        let context = "storing an inbox message";
+        let headers = serde_json::to_string(&message.headers)?;
+        let params = [
+            Param::Text(&message.consumer),
+            Param::Id(message.id),
+            Param::Text(&message.event_type),
+            Param::OptionalText(message.payload_type.as_deref()),
+            Param::Bytes(&message.payload),
+            Param::Text(&headers),
+            Param::Text(&message.source),
+            Param::OptionalText(message.correlation_id.as_deref()),
+            Param::OptionalTime(message.created_at),
+        ];
+        let mut connection = self.0.pool.acquire().await.map_err(|error| Q::error(context, error))?;
+        self.0
+            .queries
+            .insert_new_on(&mut connection, &self.0.statements().stored_insert, &params, context)
+            .await
+    }
+
+    async fn claim(&self, consumer: &str, event_type: &str, max_rows: u32) -> Result<InboxBatch> {
+        let claim_token = Uuid::now_v7();
+        let mut batch = InboxBatch { claim_token, messages: Vec::new() };
+        if max_rows == 0 {
+            return Ok(batch);
+        }
+        let context = format!("claiming inbox messages of {consumer} ({event_type})");
+        let (queries, statements) = (&self.0.queries, self.0.statements());
+        let mut tx = queries.begin_write(&self.0.pool, &context).await?;
+        let params = [Param::Text(consumer), Param::Text(event_type), limit(max_rows)];
+        let due = queries.fetch_all(Q::Db::on(&mut *tx), &statements.stored_due, &params, &context).await?;
+        let ids = Q::read_ids(&due, statements.tables.inbox(), &context)?;
+        if !ids.is_empty() {
+            let params = [Param::Text(consumer), Param::Id(claim_token), Param::Ids(&ids)];
+            queries.execute_over_ids(&mut tx, &statements.stored_mark, &params, &context).await?;
+        }
+        tx.commit().await.map_err(|error| Q::error(&context, error))?;
+        if ids.is_empty() {
+            return Ok(batch);
+        }
+        let params = [Param::Text(consumer), Param::Id(claim_token)];
+        let rows = self.0.fetch_all(&statements.stored_claimed, &params, &context).await?;
+        batch.messages = rows
+            .iter()
+            .map(|row| Q::Format::decode_inbox_message(row, statements.tables.inbox()))
+            .collect::<Result<Vec<InboxMessage>>>()?;
+        Ok(batch)
+    }
+
+    async fn settle(
+        &self,
+        consumer: &str,
+        id: Uuid,
+        token: Uuid,
+        settlement: &InboxSettlement,
+    ) -> Result<bool> {
+        let context = "settling an inbox message";
+        let statements = self.0.statements();
+        let (consumer, id, token) = (Param::Text(consumer), Param::Id(id), Param::Id(token));
+        let settled = match settlement {
+            InboxSettlement::Processed => {
+                self.0.execute(&statements.stored_processed, &[consumer, id, token], context).await?
+            }
+            InboxSettlement::Retry { after, error } => {
+                let params = [consumer, id, token, Param::After(*after), Param::Text(last_error_text(error))];
+                self.0.execute(&statements.stored_retry, &params, context).await?
+            }
+            InboxSettlement::Failed { error } => {
+                let params = [consumer, id, token, Param::Text(last_error_text(error))];
+                self.0.execute(&statements.stored_failed, &params, context).await?
+            }
+        };
+        Ok(settled == 1)
+    }
+
+    async fn recover_stuck(&self, lease: Duration, max_attempts: u32) -> Result<u64> {
+        let params = [Param::Before(lease), Param::Int(i64::from(max_attempts)), Param::Text(LEASE_RAN_OUT)];
+        self.0.execute(&self.0.statements().stored_recover, &params, "recovering stuck inbox messages").await
+    }
+
+    async fn delete_processed(&self, older_than: Duration, max_rows: u32) -> Result<u64> {
+        if max_rows == 0 {
+            return Ok(0);
+        }
+        let params = [Param::Before(older_than), limit(max_rows)];
+        self.0.execute(&self.0.statements().stored_delete, &params, "deleting processed inbox messages").await
+    }
+
+    async fn get(&self, consumer: &str, id: Uuid) -> Result<Option<InboxMessage>> {
+        let params = [Param::Text(consumer), Param::Id(id)];
+        let statements = self.0.statements();
+        let row = self.0.fetch_first(&statements.stored_get, &params, "reading an inbox message").await?;
+        row.map(|row| Q::Format::decode_inbox_message(&row, statements.tables.inbox())).transpose()
+    }
+
+    async fn counts(&self) -> Result<Vec<InboxCount>> {
+        let context = "counting inbox messages";
+        let statements = self.0.statements();
+        let rows = self.0.fetch_all(&statements.stored_counts, &[], context).await?;
+        let table = statements.tables.inbox();
+        rows.iter()
+            .map(|row| {
+                let text = |column| Q::Db::text(row, column).map_err(|error| Q::error(context, error));
+                let status = text("status")?;
+                let count = Q::Db::int(row, "row_count").map_err(|error| Q::error(context, error))?;
+                Ok(InboxCount {
+                    consumer: text("consumer")?,
+                    event_type: text("event_type")?,
+                    status: status.parse().map_err(|_| {
+                        Error::new(
+                            ErrorKind::Decode,
+                            format!("{table}.status: unknown inbox status '{status}'"),
+                        )
+                    })?,
+                    rows: u64::try_from(count).unwrap_or(0),
+                })
+            })
+            .collect()
     }
 }

@@ -7,6 +7,7 @@ use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
 use oncebox_core::event::last_error_text;
+use oncebox_core::stored::{InboxMessage, NewInboxMessage};
 use oncebox_core::{DlqEvent, Error, ErrorKind, Headers, OutboxEvent, Result};
 use sqlx::types::Json;
 use sqlx::{ColumnIndex, Decode, Row, Type};
@@ -275,6 +276,35 @@ where
     String: Decode<'r, R::Database> + Type<R::Database>,
     Option<String>: Decode<'r, R::Database> + Type<R::Database>,
 {
+    fn inbox_message<F: RowFormat<Row = R>>(&self, id: Uuid) -> Result<InboxMessage>
+    where
+        Vec<u8>: Decode<'r, R::Database> + Type<R::Database>,
+    {
+        let attempts: i64 = self.get::<F::Attempts>("attempts")?.into();
+        Ok(InboxMessage {
+            message: NewInboxMessage {
+                consumer: self.get("consumer")?,
+                id,
+                event_type: self.get("event_type")?,
+                payload_type: self.get("payload_type")?,
+                payload: self.get("payload")?,
+                headers: self.stored::<F::Headers, _>("headers")?,
+                source: self.get("source")?,
+                correlation_id: self.get("correlation_id")?,
+                created_at: self.optional_stored::<F::Timestamp, _>("created_at")?,
+            },
+            status: self.status("status", "inbox status")?,
+            attempts: u32::try_from(attempts)
+                .map_err(|_| self.bad("attempts", format!("{attempts} is out of range")))?,
+            received_at: self.stored::<F::Timestamp, _>("received_at")?,
+            available_at: self.optional_stored::<F::Timestamp, _>("available_at")?,
+            processed_at: self.optional_stored::<F::Timestamp, _>("processed_at")?,
+            last_error: self.get("last_error")?,
+            claim_token: self.optional_stored::<F::Uuid, _>("claim_token")?,
+            locked_at: self.optional_stored::<F::Timestamp, _>("locked_at")?,
+        })
+    }
+
     fn dlq_event<F: RowFormat<Row = R>>(&self, id: Uuid) -> Result<DlqEvent> {
         let dlq_status = self.status("dlq_status", "DLQ status")?;
         Ok(DlqEvent {
@@ -303,6 +333,9 @@ pub trait DecodeRow: RowFormat {
 
     /// Decodes a DLQ row read from `table`.
     fn decode_dlq_event(row: &Self::Row, table: &str) -> Result<DlqEvent>;
+
+    /// Decodes a durable inbox row read from `table`.
+    fn decode_inbox_message(row: &Self::Row, table: &str) -> Result<InboxMessage>;
 }
 
 impl<F> DecodeRow for F
@@ -311,7 +344,13 @@ where
     for<'c> &'c str: ColumnIndex<F::Row>,
     String: for<'r> Decode<'r, Database<F>> + Type<Database<F>>,
     Option<String>: for<'r> Decode<'r, Database<F>> + Type<Database<F>>,
+    Vec<u8>: for<'r> Decode<'r, Database<F>> + Type<Database<F>>,
 {
+    fn decode_inbox_message(row: &F::Row, table: &str) -> Result<InboxMessage> {
+        let (columns, id) = Columns::new::<F>(row, table)?;
+        columns.inbox_message::<F>(id)
+    }
+
     fn decode_event(row: &F::Row, table: &str) -> Result<OutboxEvent> {
         let (columns, id) = Columns::new::<F>(row, table)?;
         columns.event::<F>(id)

@@ -35,6 +35,10 @@ pub enum Param<'a> {
     After(Duration),
     /// A point in time read from the database earlier (a claim's time).
     Time(DateTime<Utc>),
+    /// A point in time or `NULL` (an event's creation time, when its message said).
+    OptionalTime(Option<DateTime<Utc>>),
+    /// Bytes stored as they are (a durable inbox message's payload).
+    Bytes(&'a [u8]),
 }
 
 /// One statement, its table names filled in.
@@ -244,17 +248,40 @@ shared_statements! {
     inbox_record,
     /// Takes a job lease that is free or has run out: one changed row when it was taken.
     job_try_lock,
+    /// Stores a durable inbox message as RECEIVED: one changed row when it was new.
+    stored_insert,
+    /// Selects (and, where the database can, locks) due RECEIVED messages for a claim.
+    stored_due,
+    /// Marks listed messages PROCESSING under a claim token.
+    stored_mark,
+    /// Reads the messages claimed under a token.
+    stored_claimed,
+    /// Reads one stored message.
+    stored_get,
+    /// Settles a claimed message PROCESSED, fenced by its token.
+    stored_processed,
+    /// Settles a failed run: RECEIVED again later, fenced by its token.
+    stored_retry,
+    /// Settles a message FAILED, fenced by its token.
+    stored_failed,
+    /// Returns messages whose claim's lease ran out, or fails them.
+    stored_recover,
+    /// Deletes old PROCESSED messages.
+    stored_delete,
+    /// Counts stored messages by consumer, event type and status.
+    stored_counts,
 }
 
 /// The migrations of one dialect, in order, as `(file name, SQL)` pairs embedded at compile time
-/// from `migrations/<dialect>/` at the workspace root: every dialect ships the same six files,
+/// from `migrations/<dialect>/` at the workspace root: every dialect ships the same seven files,
 /// written for the default table names so that any migration tool can run them as they are.
 #[macro_export]
 macro_rules! migrations {
     ($dialect:literal) => {
         $crate::migrations!(@files $dialect; "0001_outbox_events.sql", "0002_outbox_dlq_events.sql",
             "0003_outbox_consumed_events.sql", "0004_outbox_jobs.sql",
-            "0005_outbox_events_recoveries.sql", "0006_outbox_consumed_events_claims.sql")
+            "0005_outbox_events_recoveries.sql", "0006_outbox_consumed_events_claims.sql",
+            "0007_outbox_inbox_messages.sql")
     };
     (@files $dialect:literal; $($file:literal),*) => {
         [$(($file, include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../migrations/", $dialect, "/", $file)))),*]

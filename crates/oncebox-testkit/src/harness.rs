@@ -17,6 +17,8 @@ pub enum AgedTable {
     Consumed,
     /// `outbox_jobs`: `locked_until` and `locked_at`.
     Jobs,
+    /// `outbox_inbox_messages`: `received_at`, `available_at`, `processed_at` and `locked_at`.
+    Inbox,
 }
 
 impl AgedTable {
@@ -27,6 +29,7 @@ impl AgedTable {
             AgedTable::Dlq => tables.dlq(),
             AgedTable::Consumed => tables.consumed(),
             AgedTable::Jobs => tables.jobs(),
+            AgedTable::Inbox => tables.inbox(),
         }
     }
 
@@ -37,6 +40,7 @@ impl AgedTable {
             AgedTable::Dlq => &["updated_at", "moved_at"],
             AgedTable::Consumed => &["consumed_at", "locked_at"],
             AgedTable::Jobs => &["locked_until", "locked_at"],
+            AgedTable::Inbox => &["received_at", "available_at", "processed_at", "locked_at"],
         }
     }
 
@@ -89,6 +93,18 @@ pub trait DaoHarness: Send + Sync + 'static {
         ids: &[Uuid],
         commit: bool,
     ) -> Result<Vec<Uuid>>;
+
+    /// Settles durable inbox message `(consumer, id)` PROCESSED through the dialect's
+    /// [`StoredInboxTransactions::finish_in`](oncebox_core::StoredInboxTransactions::finish_in)
+    /// inside a new transaction, then commits or rolls back; whether `token` still held it.
+    async fn finish_stored_in_transaction(
+        &self,
+        dialect: &Self::Dialect,
+        consumer: &str,
+        id: Uuid,
+        token: Uuid,
+        commit: bool,
+    ) -> Result<bool>;
 
     /// Moves every timestamp of `table` (only of the rows with these ids, or all rows when `ids`
     /// is empty) `by` into the past, so age thresholds can be tested without waiting.

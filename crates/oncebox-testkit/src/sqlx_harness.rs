@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use oncebox_core::{
-    Dialect, Error, InboxWriter, NewOutboxEvent, OutboxWriter, Result, SchemaPlan, TableNames,
+    Dialect, Error, InboxWriter, NewOutboxEvent, OutboxWriter, Result, SchemaPlan, StoredInboxTransactions,
+    TableNames,
 };
 use oncebox_sqlx::{Param, Queries, SqlxDatabase, SqlxStore};
 use sqlx::{AssertSqlSafe, Database, Pool, Transaction};
@@ -40,10 +41,11 @@ pub async fn end<DB: Database>(tx: Transaction<'_, DB>, commit: bool) -> Result<
 /// Drops the four tables of `tables` on `pool`, where they exist.
 pub async fn drop_tables<DB: SqlxDatabase>(pool: &Pool<DB>, tables: &TableNames) -> Result<()> {
     let sql = format!(
-        "DROP TABLE IF EXISTS {}, {}, {}, {}",
+        "DROP TABLE IF EXISTS {}, {}, {}, {}, {}",
         tables.events(),
         tables.dlq(),
         tables.consumed(),
+        tables.inbox(),
         tables.jobs()
     );
     sqlx::raw_sql(AssertSqlSafe(sql)).execute(DB::pooled(pool)).await.map_err(sql_error("dropping"))?;
@@ -166,6 +168,21 @@ where
         let new = dialect.writer().record_many(&mut tx, consumer, ids).await?;
         end(tx, commit).await?;
         Ok(new)
+    }
+
+    async fn finish_stored_in_transaction(
+        &self,
+        dialect: &B::Dialect,
+        consumer: &str,
+        id: Uuid,
+        token: Uuid,
+        commit: bool,
+    ) -> Result<bool> {
+        let store = B::store(dialect);
+        let mut tx = begin(store.pool()).await?;
+        let finished = store.finish_in(&mut tx, consumer, id, token).await?;
+        end(tx, commit).await?;
+        Ok(finished)
     }
 
     async fn backdate(

@@ -100,9 +100,10 @@ pub use oncebox_core::{
     DlqHandler, DlqStatus, EngineHandle, Error, ErrorKind, EventMeta, EventStatus, Headers, Inbox, InboxDao,
     InboxWriter, JsonSerializer, NewOutboxEvent, NoCache, NoMetrics, OutboundMessage, OutboxDao, OutboxEvent,
     OutboxMetrics, OutboxWriter, Publisher, Result, SchemaPlan, SendError, Sender, SerializedEvent,
-    Serializer, TableNames, Transactions, UuidGenerator, UuidV7Generator,
+    Serializer, StoredInboxDao, StoredInboxTransactions, TableNames, Transactions, UuidGenerator,
+    UuidV7Generator,
 };
-pub use oncebox_core::{Config, consume, event, hooks, trace};
+pub use oncebox_core::{Config, consume, event, hooks, stored, trace};
 
 /// Publishes an event inside the function's own transaction when the function returns `Ok`.
 ///

@@ -221,7 +221,7 @@ async fn tables_and_writes_need_nothing_but_the_facade() -> TestResult {
     )
     .fetch_all(dialect.pool())
     .await?;
-    assert_eq!(tables.len(), 4, "{tables:?}");
+    assert_eq!(tables.len(), 5, "{tables:?}");
     Ok(())
 }
 

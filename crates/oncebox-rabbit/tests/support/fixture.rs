@@ -13,6 +13,8 @@ use lapin::options::{
 };
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Connection, ExchangeKind};
+use oncebox_core::config::Backoff;
+use oncebox_core::stored::{StoredEvent, StoredInbox, StoredInboxSettings, StoredProcessing};
 use oncebox_core::{Deadline, Dialect, Error, ErrorKind, Inbox, OutboundMessage, SchemaPlan, Sender};
 use oncebox_rabbit::{
     ListenerOutcome, RabbitListener, RabbitListenerConfig, RabbitSender, RabbitSenderConfig, RabbitTopology,
@@ -52,6 +54,8 @@ pub struct Fixture {
     /// The inbox database, which also holds the `effects` table of a transactional listener.
     pub dialect: SqliteDialect,
     pub inbox: Inbox<()>,
+    /// The durable inbox and its running processor, with `durable`.
+    pub stored: Option<(StoredInbox, StoredProcessing)>,
     _connection: Connection,
     pub channel: Channel,
     pub outcomes: broadcast::Receiver<ListenerOutcome>,
@@ -113,6 +117,9 @@ pub struct Setup {
     /// The listener registers a transactional handler (`on_in`) that writes a row of the
     /// `effects` table in the inbox's transaction, instead of an `on_once` effect.
     pub transactional: bool,
+    /// The listener stores every message in a durable inbox (`store_in`), and a processor applies
+    /// it with a transactional handler writing a row of the `effects` table.
+    pub durable: bool,
 }
 
 impl Setup {
@@ -131,6 +138,7 @@ impl Setup {
             connection_name: None,
             start_listener: true,
             transactional: false,
+            durable: false,
         }
     }
 }
@@ -180,13 +188,40 @@ impl Fixture {
         } else {
             declare_plain_queue(&channel, &exchange, &queue, FieldTable::default()).await?;
         }
-        let listener = if setup.transactional {
+        if setup.transactional || setup.durable {
             oncebox_sqlite::sqlx::query(
                 "CREATE TABLE effects (event_id TEXT PRIMARY KEY, idx INTEGER NOT NULL)",
             )
             .execute(dialect.pool())
             .await
             .map_err(|error| plumbing("creating the effects table", error))?;
+        }
+        let mut stored = None;
+        let listener = if setup.durable {
+            let inbox = StoredInbox::new("billing", dialect.stored_inbox_dao()).with_settings(
+                StoredInboxSettings {
+                    poll_interval: Duration::from_millis(50),
+                    backoff: Backoff {
+                        enabled: true,
+                        delay: Duration::from_millis(50),
+                        multiplier: 2.0,
+                        max_delay: Duration::from_millis(200),
+                        jitter: 0.0,
+                    },
+                    ..StoredInboxSettings::default()
+                },
+            )?;
+            let processing = inbox
+                .processor()
+                .on_in(EVENT_TYPE, dialect.clone(), move |tx, event: StoredEvent<OrderCreated>| {
+                    let effect = effect.clone();
+                    Box::pin(async move { write_effect(tx, event.id, event.payload.index, &effect).await })
+                })
+                .start()?;
+            let listener = RabbitListener::builder(config).store_in([EVENT_TYPE], &inbox).build()?;
+            stored = Some((inbox, processing));
+            listener
+        } else if setup.transactional {
             transactional_listener(config, &dialect, effect)?
         } else {
             effect_listener(config, &inbox, effect)?
@@ -202,6 +237,7 @@ impl Fixture {
             database,
             dialect,
             inbox,
+            stored,
             _connection: connection,
             channel,
             outcomes,
@@ -356,6 +392,12 @@ impl Fixture {
     }
 
     /// The next message in `queue`, taken without an acknowledgement, polled for a bounded time.
+    /// The next message of the fixture's queue, taken off it, without waiting for one.
+    pub async fn queued_now(&self) -> Result<Option<lapin::message::BasicGetMessage>, Failed> {
+        let queue = ShortString::try_new(self.queue.as_str()).map_err(fail)?;
+        self.channel.basic_get(queue, BasicGetOptions { no_ack: true }).await.map_err(fail)
+    }
+
     async fn next_in(&self, queue: &str) -> Result<Option<lapin::message::BasicGetMessage>, Failed> {
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {
@@ -382,6 +424,9 @@ impl Fixture {
     /// Stops the listener and deletes the broker objects and the database.
     pub async fn finish(mut self) -> TestResult {
         self.stop_listener().await?;
+        if let Some((_, processing)) = self.stored.take() {
+            assert!(processing.shutdown(WAIT).await, "the durable inbox's processor did not stop in time");
+        }
         self.cleaned = true;
         self.names().remove().await
     }
@@ -444,24 +489,32 @@ fn transactional_listener(
             dialect.clone(),
             move |tx, event: oncebox_rabbit::RabbitEvent<OrderCreated>| {
                 let effect = effect.clone();
-                Box::pin(async move {
-                    let call = effect.calls.fetch_add(1, Ordering::SeqCst);
-                    oncebox_sqlite::sqlx::query("INSERT INTO effects (event_id, idx) VALUES (?, ?)")
-                        .bind(event.id.to_string())
-                        .bind(event.payload.index)
-                        .execute(&mut **tx)
-                        .await?;
-                    if call < effect.fail_first {
-                        return Err(
-                            format!("effect for order {} failed on purpose", event.payload.index).into()
-                        );
-                    }
-                    effect.applied.fetch_add(1, Ordering::SeqCst);
-                    Ok(())
-                })
+                Box::pin(async move { write_effect(tx, event.id, event.payload.index, &effect).await })
             },
         )
         .build()
+}
+
+/// The effect of the transactional handlers: a row of the `effects` table written in `tx`, then
+/// a failure for the first `effect.fail_first` runs (so that a failed run's row must be rolled
+/// back with its inbox record or its settle).
+async fn write_effect(
+    tx: &mut oncebox_sqlite::sqlx::Transaction<'static, oncebox_sqlite::sqlx::Sqlite>,
+    id: uuid::Uuid,
+    index: u32,
+    effect: &Effect,
+) -> Result<(), oncebox_core::BoxError> {
+    let call = effect.calls.fetch_add(1, Ordering::SeqCst);
+    oncebox_sqlite::sqlx::query("INSERT INTO effects (event_id, idx) VALUES (?, ?)")
+        .bind(id.to_string())
+        .bind(index)
+        .execute(&mut **tx)
+        .await?;
+    if call < effect.fail_first {
+        return Err(format!("effect for order {index} failed on purpose").into());
+    }
+    effect.applied.fetch_add(1, Ordering::SeqCst);
+    Ok(())
 }
 
 /// What a fixture leaves behind on the broker and on disk.

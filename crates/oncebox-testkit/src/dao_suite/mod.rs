@@ -26,10 +26,12 @@ mod dlq;
 mod inbox;
 mod lock;
 mod outbox;
+mod stored;
 
-/// Every DAO case: the outbox's, then the DLQ's, the inbox's and the job lock's.
+/// Every DAO case: the outbox's, then the DLQ's, the inbox's, the durable inbox's and the job
+/// lock's.
 pub fn cases<H: DaoHarness>() -> Vec<Case<H>> {
-    [outbox::cases(), dlq::cases(), inbox::cases(), lock::cases()].concat()
+    [outbox::cases(), dlq::cases(), inbox::cases(), stored::cases(), lock::cases()].concat()
 }
 
 /// The event type most cases use.

@@ -1,0 +1,548 @@
+//! The two halves of the durable inbox at run time: the listener's hand-off
+//! ([`StoredInbox::keeper`], registered with [`Handlers::store_in`](crate::consume::Handlers::store_in))
+//! and the processor that runs the handlers on stored rows ([`StoredProcessor`]).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use serde::de::DeserializeOwned;
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinSet;
+use uuid::Uuid;
+
+use super::{InboxMessage, InboxSettlement, NewInboxMessage};
+use crate::config::Backoff;
+use crate::consume::{Handler, HandlerFailure, HandlerFuture, Received, TxFuture, handler_failure};
+use crate::dao::{StoredInboxDao, StoredInboxTransactions};
+use crate::error::{BoxError, Error, ErrorKind, Result};
+use crate::inbox::Consumed;
+use crate::retry::{RetryDecision, decide};
+use crate::serializer::JsonSerializer;
+
+/// The user header a publisher may set to tie events of one business flow together; without it,
+/// a stored message's correlation id is the trace id of its `traceparent`.
+pub const CORRELATION_ID_HEADER: &str = "correlation_id";
+
+/// How a durable inbox stores, claims, retries and cleans up.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredInboxSettings {
+    /// Messages one claim takes per event type.
+    pub batch_size: u32,
+    /// Handlers running at once per event type.
+    pub concurrency: usize,
+    /// The wait between claims that found nothing; a message stored by this process's listener
+    /// wakes the pollers at once.
+    pub poll_interval: Duration,
+    /// How long a claim may run before another poller takes the message over (its holder is
+    /// taken to have crashed or stalled). Longer than any handler run.
+    pub lease: Duration,
+    /// Runs a message gets, the first included; the failed run that reaches it makes the message
+    /// FAILED.
+    pub max_attempts: u32,
+    /// The wait before each retry.
+    pub backoff: Backoff,
+    /// How long PROCESSED rows are kept: the deduplication window. A message whose event is older
+    /// than this is refused as poison when it arrives, since it may have been processed and
+    /// forgotten.
+    pub keep_processed: Duration,
+    /// The wait between clean-ups of PROCESSED rows older than `keep_processed`.
+    pub clean_up_every: Duration,
+}
+
+impl Default for StoredInboxSettings {
+    fn default() -> Self {
+        Self {
+            batch_size: 32,
+            concurrency: 8,
+            poll_interval: Duration::from_millis(500),
+            lease: Duration::from_secs(300),
+            max_attempts: 10,
+            backoff: Backoff {
+                enabled: true,
+                delay: Duration::from_secs(1),
+                multiplier: 2.0,
+                max_delay: Duration::from_secs(300),
+                jitter: 0.2,
+            },
+            keep_processed: Duration::from_secs(7 * 24 * 3_600),
+            clean_up_every: Duration::from_secs(60),
+        }
+    }
+}
+
+impl StoredInboxSettings {
+    /// Checks the values that would stall or spin the pollers; the error names the setting.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |key: &str, problem: &str| Err(Error::config(format_args!("inbox.durable.{key}"), problem));
+        if self.batch_size == 0 {
+            return bad("batch-size", "must be at least 1");
+        }
+        if self.concurrency == 0 {
+            return bad("concurrency", "must be at least 1");
+        }
+        if self.max_attempts == 0 {
+            return bad("max-attempts", "must be at least 1");
+        }
+        if self.poll_interval.is_zero() || self.lease.is_zero() || self.clean_up_every.is_zero() {
+            return bad("poll-interval, lease, clean-up-every", "must be longer than zero");
+        }
+        Ok(())
+    }
+}
+
+/// A durable inbox for one consumer: the listener stores each message through
+/// [`keeper`](Self::keeper) and acknowledges the broker at once; a [`StoredProcessor`] runs the
+/// handlers on the stored rows. Cheap to clone.
+#[derive(Clone)]
+pub struct StoredInbox {
+    consumer: Arc<str>,
+    dao: Arc<dyn StoredInboxDao>,
+    settings: Arc<StoredInboxSettings>,
+    stored: Arc<Notify>,
+}
+
+impl fmt::Debug for StoredInbox {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoredInbox")
+            .field("consumer", &self.consumer)
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+impl StoredInbox {
+    /// The durable inbox of `consumer` over `dao` (a dialect's
+    /// [`stored_inbox_dao`](crate::Dialect::stored_inbox_dao)), with default settings.
+    pub fn new(consumer: impl Into<String>, dao: Arc<dyn StoredInboxDao>) -> Self {
+        Self {
+            consumer: Arc::from(consumer.into()),
+            dao,
+            settings: Arc::new(StoredInboxSettings::default()),
+            stored: Arc::new(Notify::new()),
+        }
+    }
+
+    /// The same inbox with `settings`, checked.
+    pub fn with_settings(mut self, settings: StoredInboxSettings) -> Result<Self> {
+        settings.validate()?;
+        self.settings = Arc::new(settings);
+        Ok(self)
+    }
+
+    /// The consumer's name.
+    pub fn consumer(&self) -> &str {
+        &self.consumer
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &StoredInboxSettings {
+        &self.settings
+    }
+
+    /// The DAO, for tools and tests.
+    pub fn dao(&self) -> &Arc<dyn StoredInboxDao> {
+        &self.dao
+    }
+
+    /// The listener's handler of every stored event type: stores the message and answers
+    /// [`Consumed::Applied`] (new) or [`Consumed::Duplicate`] (its id is stored already), so the
+    /// listener acknowledges the broker only once the row committed. A failed store fails the
+    /// run and the broker keeps the message. An event older than
+    /// [`keep_processed`](StoredInboxSettings::keep_processed) is refused as poison
+    /// ([`ErrorKind::TooOld`]): it may have been processed and cleaned up.
+    pub fn keeper<M: fmt::Display + Send + 'static>(&self) -> Handler<M> {
+        let inbox = self.clone();
+        Arc::new(move |received: Received<Vec<u8>, M>| -> HandlerFuture {
+            let inbox = inbox.clone();
+            Box::pin(async move { inbox.keep(received).await })
+        })
+    }
+
+    async fn keep<M: fmt::Display>(
+        &self,
+        received: Received<Vec<u8>, M>,
+    ) -> Result<Consumed<()>, HandlerFailure> {
+        let id = received.id;
+        if let Some(created_at) = received.created_at {
+            let window =
+                chrono::Duration::from_std(self.settings.keep_processed).unwrap_or(chrono::Duration::MAX);
+            if Utc::now().signed_duration_since(created_at) > window {
+                let text = format!(
+                    "event {id} was written at {created_at}, longer ago than the durable inbox of {} keeps \
+                     processed messages ({}): it may have been processed and cleaned up, so it is not stored",
+                    self.consumer,
+                    humantime::format_duration(self.settings.keep_processed)
+                );
+                return Err(HandlerFailure::Poison(Error::new(ErrorKind::TooOld, text)));
+            }
+        }
+        let message = new_message(&self.consumer, received);
+        match self.dao.store(&message).await {
+            Ok(true) => {
+                self.stored.notify_waiters();
+                Ok(Consumed::Applied(()))
+            }
+            Ok(false) => Ok(Consumed::Duplicate),
+            Err(error) => Err(HandlerFailure::Failed(error.context(format!("storing event {id}")))),
+        }
+    }
+
+    /// A processor of this inbox's rows with no handler yet.
+    pub fn processor(&self) -> StoredProcessor {
+        StoredProcessor { inbox: self.clone(), handlers: HashMap::new() }
+    }
+}
+
+/// The row a listener stores for `received`: its correlation id is the `correlation_id` header, or
+/// else the trace id of its `traceparent`.
+fn new_message<M: fmt::Display>(consumer: &str, received: Received<Vec<u8>, M>) -> NewInboxMessage {
+    let correlation_id = received.headers.get(CORRELATION_ID_HEADER).cloned().or_else(|| {
+        let traceparent = received.headers.get("traceparent")?;
+        traceparent.split('-').nth(1).filter(|id| id.len() == 32).map(str::to_owned)
+    });
+    NewInboxMessage {
+        consumer: consumer.to_owned(),
+        id: received.id,
+        event_type: received.event_type,
+        payload_type: received.payload_type,
+        source: received.source.to_string(),
+        payload: received.payload,
+        headers: received.headers,
+        correlation_id,
+        created_at: received.created_at,
+    }
+}
+
+/// Where a stored message came from, as its handler sees it: the `M` of a processor's
+/// [`Received`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredSource {
+    /// The consumer.
+    pub consumer: Arc<str>,
+    /// Where the broker had it when it was stored.
+    pub source: String,
+    /// Failed runs before this one.
+    pub attempts: u32,
+    /// When it was stored.
+    pub received_at: DateTime<Utc>,
+    /// The token of this run's claim.
+    pub claim_token: Uuid,
+}
+
+/// An event as a processor's handler receives it.
+pub type StoredEvent<T> = Received<T, StoredSource>;
+
+/// What a registered handler did with its claim: settled it PROCESSED (`true`), or found that
+/// another poller took it over (`false`, nothing committed).
+type SettleFuture = Pin<Box<dyn Future<Output = Result<bool, HandlerFailure>> + Send>>;
+
+type StoredHandler = Arc<dyn Fn(Received<Vec<u8>, StoredSource>) -> SettleFuture + Send + Sync>;
+
+/// Runs handlers on the stored messages of one [`StoredInbox`]: per event type, a poller claims due
+/// rows (fenced like the outbox's claim), runs up to
+/// [`concurrency`](StoredInboxSettings::concurrency) handlers at once and settles each row; a
+/// recovery task returns rows whose lease ran out, and a clean-up task deletes old PROCESSED rows.
+/// Several processes may run processors of one consumer: claims are never shared.
+pub struct StoredProcessor {
+    inbox: StoredInbox,
+    handlers: HashMap<String, StoredHandler>,
+}
+
+impl fmt::Debug for StoredProcessor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut types: Vec<&String> = self.handlers.keys().collect();
+        types.sort();
+        f.debug_struct("StoredProcessor").field("inbox", &self.inbox).field("event_types", &types).finish()
+    }
+}
+
+impl StoredProcessor {
+    /// Handles `event_type` in a transaction of its own: begins one from `transactions` (the
+    /// dialect), runs `handler` with it and the event (payload decoded as JSON), settles the row
+    /// PROCESSED in the same transaction and commits, so the effect and the settle commit together
+    /// or not at all. When the claim's lease ran out and another poller took the row over, the
+    /// transaction is rolled back: that poller's run is the one that counts.
+    #[must_use]
+    pub fn on_in<T, S, F>(mut self, event_type: impl Into<String>, transactions: S, handler: F) -> Self
+    where
+        T: DeserializeOwned + Send + 'static,
+        S: StoredInboxTransactions,
+        F: for<'a> Fn(&'a mut S::Tx, StoredEvent<T>) -> TxFuture<'a> + Send + Sync + 'static,
+    {
+        let shared = Arc::new((transactions, handler));
+        let erased: StoredHandler = Arc::new(move |raw: Received<Vec<u8>, StoredSource>| -> SettleFuture {
+            let shared = Arc::clone(&shared);
+            Box::pin(async move {
+                let (transactions, handler) = &*shared;
+                let event = raw.decode(&JsonSerializer)?;
+                let (id, consumer, token) =
+                    (event.id, event.source.consumer.clone(), event.source.claim_token);
+                let mut tx = transactions.begin().await.map_err(HandlerFailure::Failed)?;
+                if let Err(error) = handler(&mut tx, event).await {
+                    rollback(transactions, tx, id).await;
+                    return Err(handler_failure(id, error));
+                }
+                let finished = transactions.finish_in(&mut tx, &consumer, id, token).await;
+                match finished {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        rollback(transactions, tx, id).await;
+                        return Ok(false);
+                    }
+                    Err(error) => {
+                        rollback(transactions, tx, id).await;
+                        return Err(HandlerFailure::Failed(error.context(format!("settling event {id}"))));
+                    }
+                }
+                transactions.commit(tx).await.map_err(|error| {
+                    HandlerFailure::Failed(error.context(format!("committing the effect of event {id}")))
+                })?;
+                Ok(true)
+            })
+        });
+        self.handlers.insert(event_type.into(), erased);
+        self
+    }
+
+    /// Handles `event_type` with an effect outside any transaction of the inbox's (a call to
+    /// another service, say), the payload decoded as JSON, then settles the row PROCESSED. A crash
+    /// between the effect and the settle runs the effect again after the lease: at least once,
+    /// so the effect must be idempotent. Prefer [`on_in`](Self::on_in) where the effect is in the
+    /// database.
+    #[must_use]
+    pub fn on<T, F, Fut>(mut self, event_type: impl Into<String>, handler: F) -> Self
+    where
+        T: DeserializeOwned + Send + 'static,
+        F: Fn(StoredEvent<T>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<(), BoxError>> + Send + 'static,
+    {
+        let dao = Arc::clone(&self.inbox.dao);
+        let handler = Arc::new(handler);
+        let erased: StoredHandler = Arc::new(move |raw: Received<Vec<u8>, StoredSource>| -> SettleFuture {
+            let (dao, handler) = (Arc::clone(&dao), Arc::clone(&handler));
+            Box::pin(async move {
+                let event = raw.decode(&JsonSerializer)?;
+                let (id, consumer, token) =
+                    (event.id, event.source.consumer.clone(), event.source.claim_token);
+                handler(event).await.map_err(|error| handler_failure(id, error))?;
+                dao.settle(&consumer, id, token, &InboxSettlement::Processed).await.map_err(|error| {
+                    HandlerFailure::Failed(error.context(format!("settling the applied event {id}")))
+                })
+            })
+        });
+        self.handlers.insert(event_type.into(), erased);
+        self
+    }
+
+    /// The event types with a handler, sorted: the types a listener must store.
+    pub fn event_types(&self) -> Vec<String> {
+        let mut types: Vec<String> = self.handlers.keys().cloned().collect();
+        types.sort();
+        types
+    }
+
+    /// Starts the pollers, the recovery and the clean-up on the current Tokio runtime.
+    pub fn start(self) -> Result<StoredProcessing> {
+        if self.handlers.is_empty() {
+            return Err(Error::config("inbox.durable", "no event type has a handler"));
+        }
+        let (stop, stopping) = watch::channel(false);
+        let mut tasks = JoinSet::new();
+        for (event_type, handler) in self.handlers {
+            let poller = Poller { inbox: self.inbox.clone(), event_type, handler };
+            tasks.spawn(poller.run(stopping.clone()));
+        }
+        tasks.spawn(recover(self.inbox.clone(), stopping.clone()));
+        tasks.spawn(clean_up(self.inbox.clone(), stopping));
+        Ok(StoredProcessing { stop, tasks })
+    }
+}
+
+async fn rollback<S: StoredInboxTransactions>(transactions: &S, tx: S::Tx, id: Uuid) {
+    if let Err(error) = transactions.rollback(tx).await {
+        tracing::warn!(event_id = %id, %error, "rolling back a stored message's handler failed; the database discards it with the connection");
+    }
+}
+
+/// The running tasks of a [`StoredProcessor`].
+#[derive(Debug)]
+pub struct StoredProcessing {
+    stop: watch::Sender<bool>,
+    tasks: JoinSet<()>,
+}
+
+impl StoredProcessing {
+    /// Stops claiming, waits up to `timeout` for the runs in flight to settle, then aborts what is
+    /// left (its rows come back after the lease). Returns whether everything stopped in time.
+    pub async fn shutdown(mut self, timeout: Duration) -> bool {
+        self.stop.send_replace(true);
+        let drained =
+            tokio::time::timeout(timeout, async { while self.tasks.join_next().await.is_some() {} });
+        if drained.await.is_ok() {
+            return true;
+        }
+        self.tasks.abort_all();
+        false
+    }
+}
+
+/// Waits `wait`, or less when `stopping` turns true (then `false`) or `woken` fires.
+async fn pause(wait: Duration, stopping: &mut watch::Receiver<bool>, woken: Option<&Notify>) -> bool {
+    let woken = async {
+        match woken {
+            Some(notify) => notify.notified().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        () = tokio::time::sleep(wait) => true,
+        () = woken => true,
+        _ = stopping.wait_for(|stop| *stop) => false,
+    }
+}
+
+/// The poller of one event type.
+struct Poller {
+    inbox: StoredInbox,
+    event_type: String,
+    handler: StoredHandler,
+}
+
+impl Poller {
+    async fn run(self, mut stopping: watch::Receiver<bool>) {
+        let settings = Arc::clone(&self.inbox.settings);
+        let (consumer, event_type) = (&*self.inbox.consumer, self.event_type.as_str());
+        while !*stopping.borrow() {
+            let claimed = self.inbox.dao.claim(consumer, event_type, settings.batch_size).await;
+            let batch = match claimed {
+                Ok(batch) => batch,
+                Err(error) => {
+                    tracing::warn!(consumer, event_type, %error, "claiming stored inbox messages failed; trying again");
+                    if !pause(settings.poll_interval, &mut stopping, None).await {
+                        break;
+                    }
+                    continue;
+                }
+            };
+            let full = batch.messages.len() >= settings.batch_size as usize;
+            let token = batch.claim_token;
+            futures::stream::iter(batch.messages)
+                .for_each_concurrent(settings.concurrency, |message| self.run_one(message, token))
+                .await;
+            if !full && !pause(settings.poll_interval, &mut stopping, Some(&self.inbox.stored)).await {
+                break;
+            }
+        }
+    }
+
+    /// Runs the handler on one claimed message and settles it.
+    async fn run_one(&self, stored: InboxMessage, token: Uuid) {
+        let settings = &self.inbox.settings;
+        let (id, attempts) = (stored.message.id, stored.attempts);
+        let consumer = Arc::clone(&self.inbox.consumer);
+        let received = Received {
+            id,
+            event_type: stored.message.event_type,
+            payload_type: stored.message.payload_type,
+            created_at: stored.message.created_at,
+            headers: stored.message.headers,
+            source: StoredSource {
+                consumer: Arc::clone(&consumer),
+                source: stored.message.source,
+                attempts,
+                received_at: stored.received_at,
+                claim_token: token,
+            },
+            payload: stored.message.payload,
+        };
+        let failure = match (self.handler)(received).await {
+            Ok(true) => return,
+            Ok(false) => {
+                tracing::warn!(consumer = &*consumer, event_id = %id, lease = ?settings.lease, "the handler outlasted its claim's lease and another poller took the message over; its work was rolled back");
+                return;
+            }
+            Err(failure) => failure,
+        };
+        let settlement = match failure {
+            HandlerFailure::Poison(error) => InboxSettlement::Failed { error: error.to_string() },
+            HandlerFailure::Failed(error) if error.kind() == ErrorKind::Permanent => {
+                InboxSettlement::Failed { error: error.to_string() }
+            }
+            HandlerFailure::Failed(error) => {
+                // Attempts before this run, plus this one; max-attempts counts runs, decide counts retries.
+                match decide(
+                    attempts.saturating_add(1),
+                    settings.max_attempts.saturating_sub(1),
+                    &settings.backoff,
+                ) {
+                    RetryDecision::RetryAfter(after) => {
+                        InboxSettlement::Retry { after, error: error.to_string() }
+                    }
+                    RetryDecision::GiveUp => InboxSettlement::Failed { error: error.to_string() },
+                }
+            }
+        };
+        match &settlement {
+            InboxSettlement::Retry { after, error } => {
+                tracing::warn!(consumer = &*consumer, event_id = %id, attempts = attempts + 1, retry_in = ?after, error, "a stored message's handler failed; it runs again later");
+            }
+            InboxSettlement::Failed { error } => {
+                tracing::error!(consumer = &*consumer, event_id = %id, attempts = attempts + 1, error, "a stored message is given up: FAILED, kept for a person");
+            }
+            InboxSettlement::Processed => {}
+        }
+        match self.inbox.dao.settle(&consumer, id, token, &settlement).await {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!(consumer = &*consumer, event_id = %id, "a failed run's claim was taken over before it settled; the new holder decides")
+            }
+            Err(error) => {
+                tracing::warn!(consumer = &*consumer, event_id = %id, %error, "settling a failed run failed; the message comes back after the lease")
+            }
+        }
+    }
+}
+
+/// Returns rows whose claim's lease ran out, every quarter lease.
+async fn recover(inbox: StoredInbox, mut stopping: watch::Receiver<bool>) {
+    let every = (inbox.settings.lease / 4).max(Duration::from_millis(100));
+    while pause(every, &mut stopping, None).await {
+        match inbox.dao.recover_stuck(inbox.settings.lease, inbox.settings.max_attempts).await {
+            Ok(0) => {}
+            Ok(recovered) => {
+                tracing::warn!(
+                    consumer = &*inbox.consumer,
+                    recovered,
+                    "stored inbox messages whose claim's lease ran out were returned (or failed after their last attempt)"
+                );
+                inbox.stored.notify_waiters();
+            }
+            Err(error) => {
+                tracing::warn!(consumer = &*inbox.consumer, %error, "recovering stored inbox messages failed")
+            }
+        }
+    }
+}
+
+/// Deletes PROCESSED rows older than the deduplication window.
+async fn clean_up(inbox: StoredInbox, mut stopping: watch::Receiver<bool>) {
+    const ROWS: u32 = 1_000;
+    while pause(inbox.settings.clean_up_every, &mut stopping, None).await {
+        loop {
+            match inbox.dao.delete_processed(inbox.settings.keep_processed, ROWS).await {
+                Ok(deleted) if deleted >= u64::from(ROWS) => continue,
+                Ok(_) => break,
+                Err(error) => {
+                    tracing::warn!(consumer = &*inbox.consumer, %error, "deleting processed inbox messages failed");
+                    break;
+                }
+            }
+        }
+    }
+}

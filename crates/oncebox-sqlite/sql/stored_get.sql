@@ -1,0 +1,5 @@
+-- One stored message.
+SELECT consumer, id, event_type, payload_type, payload, headers, source, correlation_id, created_at,
+       status, attempts, received_at, available_at, processed_at, last_error, claim_token, locked_at
+FROM {inbox}
+WHERE consumer = ?1 AND id = ?2
