@@ -542,6 +542,17 @@ impl<D: Dialect, S> Oncebox<D, S> {
         }
     }
 
+    /// The durable inbox of `consumer` ([`stored`]): a listener hands its messages over with
+    /// `store_in(event_types, &inbox)`, and `inbox.processor()` runs the handlers on the stored
+    /// rows. Its settings are `oncebox.inbox.durable` (the defaults when the section is absent).
+    pub fn stored_inbox(&self, consumer: impl Into<String>) -> Result<stored::StoredInbox> {
+        let inbox = stored::StoredInbox::new(consumer, self.dialect.stored_inbox_dao());
+        match self.config.inbox.as_ref().and_then(|inbox| inbox.durable.clone()) {
+            Some(settings) => inbox.with_settings(settings),
+            None => Ok(inbox),
+        }
+    }
+
     /// Cuts the sleep of `event_type`'s poller short; `false` when it has no poller.
     pub fn wake(&self, event_type: &str) -> bool {
         self.engine.wake(event_type)

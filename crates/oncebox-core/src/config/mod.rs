@@ -380,6 +380,9 @@ pub struct InboxConfig {
     pub cache_name: String,
     /// Record inbox metrics.
     pub metrics_enabled: bool,
+    /// `inbox.durable`: how a durable inbox ([`crate::stored`]) claims, retries and cleans up;
+    /// `None` when the section is absent (a durable inbox then runs with the defaults).
+    pub durable: Option<crate::stored::StoredInboxSettings>,
 }
 
 /// `inbox.cache`.

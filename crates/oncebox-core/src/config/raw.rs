@@ -303,9 +303,24 @@ pub(crate) struct RawInbox {
     pub(crate) clean_up: Option<RawCleanUp>,
     pub(crate) cache: Option<RawCache>,
     pub(crate) metrics: Option<RawMetrics>,
+    pub(crate) durable: Option<RawDurable>,
     /// Refused: each handler decodes into its own type.
     #[serde(rename = "mappings", default)]
     pub(crate) _mappings: Mappings,
+}
+
+/// `inbox.durable`: the durable inbox's processing.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct RawDurable {
+    pub(crate) batch_size: Option<u32>,
+    pub(crate) concurrency: Option<usize>,
+    pub(crate) poll_interval: Option<HumanDuration>,
+    pub(crate) lease: Option<HumanDuration>,
+    pub(crate) max_attempts: Option<u32>,
+    pub(crate) backoff: Option<RawBackoff>,
+    pub(crate) keep_processed: Option<HumanDuration>,
+    pub(crate) clean_up_every: Option<HumanDuration>,
 }
 
 /// `inbox.source`: the broker consumed from.

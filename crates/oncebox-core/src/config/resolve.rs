@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::raw::*;
 use super::*;
+use crate::stored::StoredInboxSettings;
 
 const OUTBOX: &str = "oncebox.outbox";
 const INBOX: &str = "oncebox.inbox";
@@ -293,13 +294,55 @@ fn resolve_inbox(raw: &RawInbox) -> Result<InboxConfig> {
         Some(name) => name.to_owned(),
     };
     let metrics = metrics(raw.metrics.as_ref(), &format!("{INBOX}.metrics"))?;
+    let durable = raw.durable.as_ref().map(resolve_durable).transpose()?;
     Ok(InboxConfig {
+        durable,
         source: raw.source.as_ref().and_then(|source| source.kind),
         clean_up,
         cache,
         cache_name,
         metrics_enabled: metrics.enabled,
     })
+}
+
+/// `inbox.durable`: every key optional, each default [`StoredInboxSettings::default`]'s.
+fn resolve_durable(raw: &RawDurable) -> Result<StoredInboxSettings> {
+    let path = format!("{INBOX}.durable");
+    let defaults = StoredInboxSettings::default();
+    let backoff = match &raw.backoff {
+        Some(raw) => {
+            let base = &defaults.backoff;
+            let base = RawBackoff {
+                enabled: Some(base.enabled),
+                delay: Some(HumanDuration(base.delay)),
+                multiplier: Some(base.multiplier),
+                max_delay: Some(HumanDuration(base.max_delay)),
+                jitter: Some(base.jitter),
+            };
+            backoff(&raw.over(&base), &format!("{path}.backoff"))?
+        }
+        None => defaults.backoff,
+    };
+    let settings = StoredInboxSettings {
+        batch_size: raw.batch_size.unwrap_or(defaults.batch_size),
+        concurrency: raw.concurrency.unwrap_or(defaults.concurrency),
+        poll_interval: setting(raw.poll_interval, format!("{path}.poll-interval"), defaults.poll_interval)?,
+        lease: setting(raw.lease, format!("{path}.lease"), defaults.lease)?,
+        max_attempts: raw.max_attempts.unwrap_or(defaults.max_attempts),
+        backoff,
+        keep_processed: setting(
+            raw.keep_processed,
+            format!("{path}.keep-processed"),
+            defaults.keep_processed,
+        )?,
+        clean_up_every: setting(
+            raw.clean_up_every,
+            format!("{path}.clean-up-every"),
+            defaults.clean_up_every,
+        )?,
+    };
+    settings.validate()?;
+    Ok(settings)
 }
 
 /// Claim loops per event type: at least one, and no more than [`MAX_CONCURRENCY`], past which

@@ -574,3 +574,34 @@ fn a_polling_key_outside_polling_names_the_key() {
         assert_names(&yaml_error(&defaults), &format!("oncebox.outbox.defaults.{key}"));
     }
 }
+
+#[test]
+fn the_durable_inbox_section_fills_what_it_leaves_out_with_the_defaults() {
+    let text = "oncebox:\n  inbox:\n    durable:\n      concurrency: 3\n      lease: 30s\n      backoff: { delay: 2s }\n";
+    let config = Config::from_yaml_str(text).unwrap_or_else(|error| panic!("{error}"));
+    let durable =
+        config.inbox.and_then(|inbox| inbox.durable).unwrap_or_else(|| panic!("no durable section"));
+    let defaults = crate::stored::StoredInboxSettings::default();
+    assert_eq!((durable.concurrency, durable.lease), (3, Duration::from_secs(30)));
+    assert_eq!(durable.backoff.delay, Duration::from_secs(2));
+    assert_eq!((durable.backoff.multiplier, durable.backoff.max_delay), (2.0, Duration::from_secs(300)));
+    assert_eq!((durable.batch_size, durable.max_attempts), (defaults.batch_size, defaults.max_attempts));
+    let without = Config::from_yaml_str("oncebox:\n  inbox: {}\n").unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(without.inbox.and_then(|inbox| inbox.durable), None);
+}
+
+#[test]
+fn durable_inbox_values_that_would_stall_or_spin_its_pollers_are_refused_by_name() {
+    for (body, key) in [
+        ("concurrency: 0", "oncebox.inbox.durable.concurrency"),
+        ("batch-size: 0", "oncebox.inbox.durable.batch-size"),
+        ("max-attempts: 0", "oncebox.inbox.durable.max-attempts"),
+        ("lease: 0s", "oncebox.inbox.durable.lease"),
+        ("poll-interval: 0s", "oncebox.inbox.durable.poll-interval"),
+        ("backoff: { multiplier: 0.5 }", "oncebox.inbox.durable.backoff.multiplier"),
+        ("leese: 1s", "leese"),
+    ] {
+        let message = yaml_error(&format!("oncebox:\n  inbox:\n    durable:\n      {body}\n"));
+        assert_names(&message, key);
+    }
+}

@@ -79,7 +79,9 @@ impl Default for StoredInboxSettings {
 impl StoredInboxSettings {
     /// Checks the values that would stall or spin the pollers; the error names the setting.
     pub fn validate(&self) -> Result<()> {
-        let bad = |key: &str, problem: &str| Err(Error::config(format_args!("inbox.durable.{key}"), problem));
+        let bad = |key: &str, problem: &str| {
+            Err(Error::config(format_args!("oncebox.inbox.durable.{key}"), problem))
+        };
         if self.batch_size == 0 {
             return bad("batch-size", "must be at least 1");
         }
@@ -89,8 +91,14 @@ impl StoredInboxSettings {
         if self.max_attempts == 0 {
             return bad("max-attempts", "must be at least 1");
         }
-        if self.poll_interval.is_zero() || self.lease.is_zero() || self.clean_up_every.is_zero() {
-            return bad("poll-interval, lease, clean-up-every", "must be longer than zero");
+        for (key, value) in [
+            ("poll-interval", self.poll_interval),
+            ("lease", self.lease),
+            ("clean-up-every", self.clean_up_every),
+        ] {
+            if value.is_zero() {
+                return bad(key, "must be longer than zero");
+            }
         }
         Ok(())
     }
