@@ -14,6 +14,11 @@ use serde::Deserialize;
 /// The producer's `message.timeout.ms` until an engine hands the sender its
 /// `oncebox.outbox.sender.emergency-timeout` (whose default it equals).
 pub const DEFAULT_EMERGENCY_TIMEOUT: Duration = Duration::from_secs(120);
+/// Default runs of a failing handler (the first included) before its record is dead-lettered, when
+/// the listener has a dead-letter topic. Without one there is no durable place for the record, and
+/// a failing handler is retried until it succeeds unless
+/// [`with_max_attempts`](KafkaListenerConfig::with_max_attempts) says otherwise.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
 /// Default first wait before a failed handler runs again.
 pub const DEFAULT_RETRY_MIN: Duration = Duration::from_millis(200);
 /// Default longest wait between two runs of a failing handler.
@@ -423,8 +428,11 @@ impl KafkaListenerConfig {
         self
     }
 
-    /// Runs of a failing handler (the first included) before the message is treated as poison.
-    /// Without it a failing handler is retried until it succeeds, holding back its partition.
+    /// Runs of a failing handler (the first included) before the message is treated as poison:
+    /// dead-lettered, or with no dead-letter topic held where it is, its partition stopped.
+    /// Without it, the limit is [`DEFAULT_MAX_ATTEMPTS`] when a dead-letter topic is set (a
+    /// durable place for the record) and none otherwise: a failing handler is then retried until it
+    /// succeeds, holding back its partition.
     #[must_use]
     pub fn with_max_attempts(mut self, attempts: u32) -> Self {
         self.max_attempts = Some(attempts);
@@ -609,6 +617,18 @@ mod tests {
 
     fn problem(result: Result<impl fmt::Debug>) -> String {
         result.err().map(|error| error.to_string()).unwrap_or_default()
+    }
+
+    #[test]
+    fn failing_records_are_given_up_by_default_only_where_a_dead_letter_topic_keeps_them() {
+        let base = KafkaListenerConfig::new("127.0.0.1:9092", "billing", ["orders"]);
+        let limit =
+            |config: &KafkaListenerConfig| oncebox_core::consume::ListenerConfig::retry(config).max_attempts;
+        assert_eq!(limit(&base), None, "no durable place: retried until it succeeds");
+        let dead_lettered = base.clone().with_dead_letter_topic("orders.dead");
+        assert_eq!(limit(&dead_lettered), Some(DEFAULT_MAX_ATTEMPTS));
+        assert_eq!(limit(&dead_lettered.with_max_attempts(9)), Some(9), "an explicit limit wins");
+        assert_eq!(limit(&base.with_max_attempts(2)), Some(2), "explicit: the record is held");
     }
 
     #[test]

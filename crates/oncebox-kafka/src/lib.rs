@@ -69,8 +69,8 @@ mod record;
 mod sender;
 
 pub use config::{
-    DEFAULT_EMERGENCY_TIMEOUT, DEFAULT_RETRY_MAX, DEFAULT_RETRY_MIN, DEFAULT_SHUTDOWN_GRACE,
-    KafkaListenerConfig, KafkaSenderConfig, MAX_EMERGENCY_TIMEOUT, MAX_LISTENER_WAIT,
+    DEFAULT_EMERGENCY_TIMEOUT, DEFAULT_MAX_ATTEMPTS, DEFAULT_RETRY_MAX, DEFAULT_RETRY_MIN,
+    DEFAULT_SHUTDOWN_GRACE, KafkaListenerConfig, KafkaSenderConfig, MAX_EMERGENCY_TIMEOUT, MAX_LISTENER_WAIT,
 };
 pub use listener::{KafkaListener, KafkaListenerBuilder, KafkaOutcome};
 pub use oncebox_core::consume::Outcome;

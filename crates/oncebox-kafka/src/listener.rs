@@ -74,7 +74,10 @@ impl ListenerConfig for KafkaListenerConfig {
 
     fn retry(&self) -> RetryPolicy {
         // A record given up is dead-lettered, or its partition is held at it.
-        RetryPolicy { backoff: self.retry, max_attempts: self.max_attempts, can_give_up: true }
+        // Finite by default only where a dead-letter topic keeps what is given up.
+        let max_attempts =
+            self.max_attempts.or(self.dead_letter_topic.as_ref().map(|_| crate::DEFAULT_MAX_ATTEMPTS));
+        RetryPolicy { backoff: self.retry, max_attempts, can_give_up: true }
     }
 
     fn listener(self, pipeline: Pipeline<KafkaSource>) -> Result<KafkaListener> {
