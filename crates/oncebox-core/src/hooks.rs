@@ -33,6 +33,39 @@ pub enum InboxOutcome {
     Cleaned,
 }
 
+/// What happened to a message of a durable inbox ([`crate::stored`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoredOutcome {
+    /// A listener stored it.
+    Stored,
+    /// A listener met its id stored already: no second row.
+    Duplicate,
+    /// A run's effect committed with PROCESSED.
+    Processed,
+    /// A run failed; the message runs again later.
+    Retried,
+    /// The message was given up: FAILED, kept for a person.
+    Failed,
+    /// A run outlasted its claim's lease and another poller took the message over; the run's work
+    /// was rolled back.
+    TakenOver,
+}
+
+impl StoredOutcome {
+    /// The metric label: `stored`, `duplicate`, `processed`, `retried`, `failed`, `taken_over`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StoredOutcome::Stored => "stored",
+            StoredOutcome::Duplicate => "duplicate",
+            StoredOutcome::Processed => "processed",
+            StoredOutcome::Retried => "retried",
+            StoredOutcome::Failed => "failed",
+            StoredOutcome::TakenOver => "taken_over",
+        }
+    }
+}
+
 /// A change an operator made to DLQ rows by hand (through the DLQ API), by the status it set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -82,6 +115,21 @@ pub trait OutboxMetrics: Send + Sync {
     fn cache_lookup(&self, _hit: bool) {}
     /// An operator changed `count` DLQ rows by hand.
     fn dlq_manual(&self, _action: DlqManualAction, _count: u64) {}
+    /// A message of `consumer`'s durable inbox of `event_type` ended as `outcome`.
+    fn stored_message(&self, _consumer: &str, _event_type: &str, _outcome: StoredOutcome) {}
+    /// A durable inbox handler run took `elapsed` (its transaction's commit included).
+    fn stored_handler_duration(&self, _consumer: &str, _event_type: &str, _elapsed: Duration) {}
+    /// The time from an event's write (its `created_at`) to its effect's commit in a durable inbox.
+    fn stored_latency(&self, _consumer: &str, _event_type: &str, _latency: Duration) {}
+    /// How many messages of `consumer`'s durable inbox of `event_type` are in `status` now.
+    fn stored_rows(
+        &self,
+        _consumer: &str,
+        _event_type: &str,
+        _status: crate::stored::InboxStatus,
+        _rows: u64,
+    ) {
+    }
 }
 
 /// The default metrics hook: records nothing.

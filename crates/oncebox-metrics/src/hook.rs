@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use metrics::{counter, gauge, histogram};
 use oncebox_core::OutboxMetrics;
-use oncebox_core::hooks::{DlqManualAction, InboxOutcome, TaskOutcome};
+use oncebox_core::hooks::{DlqManualAction, InboxOutcome, StoredOutcome, TaskOutcome};
+use oncebox_core::stored::InboxStatus;
 
 use crate::names;
 
@@ -87,6 +88,32 @@ impl OutboxMetrics for Metrics {
     fn inbox(&self, consumer: &str, outcome: InboxOutcome, count: u64) {
         counter!(names::INBOX_EVENTS, "consumer" => consumer.to_owned(), "outcome" => inbox_label(outcome))
             .increment(count);
+    }
+
+    fn stored_message(&self, consumer: &str, event_type: &str, outcome: StoredOutcome) {
+        counter!(names::STORED_MESSAGES, "consumer" => consumer.to_owned(), "event_type" => event_type.to_owned(), "outcome" => outcome.as_str())
+            .increment(1);
+    }
+
+    fn stored_handler_duration(&self, consumer: &str, event_type: &str, elapsed: Duration) {
+        histogram!(names::STORED_HANDLER_DURATION, "consumer" => consumer.to_owned(), "event_type" => event_type.to_owned())
+            .record(elapsed.as_secs_f64());
+    }
+
+    fn stored_latency(&self, consumer: &str, event_type: &str, latency: Duration) {
+        histogram!(names::STORED_LATENCY, "consumer" => consumer.to_owned(), "event_type" => event_type.to_owned())
+            .record(latency.as_secs_f64());
+    }
+
+    fn stored_rows(&self, consumer: &str, event_type: &str, status: InboxStatus, rows: u64) {
+        let status = match status {
+            InboxStatus::Received => "received",
+            InboxStatus::Processing => "processing",
+            InboxStatus::Processed => "processed",
+            InboxStatus::Failed => "failed",
+        };
+        gauge!(names::STORED_ROWS, "consumer" => consumer.to_owned(), "event_type" => event_type.to_owned(), "status" => status)
+            .set(rows as f64);
     }
 
     fn cache_lookup(&self, hit: bool) {

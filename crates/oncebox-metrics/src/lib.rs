@@ -76,6 +76,19 @@ pub mod names {
     pub const OLDEST_PENDING_AGE: &str = "oncebox_oldest_pending_age_seconds";
     /// Counter of failed gauge refreshes (a count query failed; the gauges keep their last value).
     pub const GAUGE_REFRESH_ERRORS: &str = "oncebox_gauge_refresh_errors_total";
+    /// Counter of durable inbox messages, by `consumer`, `event_type` and `outcome` (`stored`,
+    /// `duplicate`: the listener's hand-off; `processed`, `retried`, `failed`, `taken_over`: the
+    /// processor's runs).
+    pub const STORED_MESSAGES: &str = "oncebox_stored_inbox_messages_total";
+    /// Histogram of durable inbox handler runs in seconds (the commit included), by `consumer` and
+    /// `event_type`.
+    pub const STORED_HANDLER_DURATION: &str = "oncebox_stored_inbox_handler_duration_seconds";
+    /// Histogram of the time from an event's write to its effect's commit in a durable inbox, in
+    /// seconds, by `consumer` and `event_type` (the delivery delay's buckets).
+    pub const STORED_LATENCY: &str = "oncebox_stored_inbox_latency_seconds";
+    /// Gauge of durable inbox rows, by `consumer`, `event_type` and `status` (`received`,
+    /// `processing`, `processed`, `failed`), set every 10 s by each running processor.
+    pub const STORED_ROWS: &str = "oncebox_stored_inbox_rows";
 
     /// Every name above, for checks that a dashboard or an alert only uses names oncebox records.
     pub const ALL: &[&str] = &[
@@ -94,5 +107,9 @@ pub mod names {
         DLQ_ROWS,
         OLDEST_PENDING_AGE,
         GAUGE_REFRESH_ERRORS,
+        STORED_MESSAGES,
+        STORED_HANDLER_DURATION,
+        STORED_LATENCY,
+        STORED_ROWS,
     ];
 }

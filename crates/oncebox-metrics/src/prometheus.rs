@@ -28,5 +28,11 @@ pub fn prometheus_builder() -> Result<PrometheusBuilder> {
                 DELIVERY_DELAY_BUCKETS,
             )
         })
+        .and_then(|builder| {
+            builder.set_buckets_for_metric(
+                Matcher::Full(crate::names::STORED_LATENCY.to_owned()),
+                DELIVERY_DELAY_BUCKETS,
+            )
+        })
         .map_err(|error| Error::new(ErrorKind::Other, format!("configuring Prometheus buckets: {error}")))
 }

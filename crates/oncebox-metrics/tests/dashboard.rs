@@ -64,6 +64,9 @@ fn every_query_of_the_dashboard_uses_a_name_oncebox_records() -> Result<(), serd
         names::INBOX_EVENTS,
         names::TASK_RUNS,
         names::JOB_ROWS,
+        names::STORED_MESSAGES,
+        names::STORED_ROWS,
+        names::STORED_LATENCY,
     ] {
         assert!(used.contains(needed), "no panel shows {needed}");
     }

@@ -5,6 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use oncebox_core::config::{Backoff, EventSettings};
+use oncebox_core::consume::Received;
+use oncebox_core::stored::{StoredEvent, StoredInbox, StoredInboxSettings};
 use oncebox_core::{Config, Consumed, Dialect, Engine, EngineParts, Error, Inbox, Publisher, SchemaPlan};
 use oncebox_metrics::{Metrics, RowCountGauges, names, prometheus_builder};
 use oncebox_sqlite::SqliteDialect;
@@ -112,6 +114,8 @@ async fn the_engine_and_the_inbox_report_into_prometheus() -> TestResult {
     let drained = value(&rendered, names::OLDEST_PENDING_AGE, r#"event_type="order-created""#);
     assert_eq!(drained, Some(0.0), "a type with nothing pending drops to 0:\n{rendered}");
 
+    stored_inbox_reports_into_prometheus(&dialect, &handle).await?;
+
     // Once the rows are gone, their gauge drops to 0 instead of keeping the last count.
     sqlx::query("DELETE FROM outbox_events").execute(dialect.pool()).await?;
     gauges.refresh().await?;
@@ -125,5 +129,93 @@ async fn the_engine_and_the_inbox_report_into_prometheus() -> TestResult {
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.to_string_lossy()));
     }
+    Ok(())
+}
+
+/// A durable inbox on the same database: the listener's hand-off (one message stored, its copy a
+/// duplicate), a handler that fails once then applies it, and the rows gauge of a processor.
+async fn stored_inbox_reports_into_prometheus(
+    dialect: &SqliteDialect,
+    handle: &metrics_exporter_prometheus::PrometheusHandle,
+) -> TestResult {
+    let settings = StoredInboxSettings {
+        poll_interval: Duration::from_millis(20),
+        backoff: Backoff {
+            enabled: true,
+            delay: Duration::from_millis(20),
+            multiplier: 1.0,
+            max_delay: Duration::from_millis(20),
+            jitter: 0.0,
+        },
+        ..StoredInboxSettings::default()
+    };
+    let inbox = StoredInbox::new("ledger", dialect.stored_inbox_dao())
+        .with_settings(settings)?
+        .with_metrics(Arc::new(Metrics::new()));
+    let keeper = inbox.keeper::<&'static str>();
+    let received = Received {
+        id: uuid::Uuid::now_v7(),
+        event_type: "order-created".to_owned(),
+        payload_type: None,
+        created_at: Some(chrono::Utc::now() - chrono::Duration::seconds(1)),
+        headers: Default::default(),
+        source: "queue 'ledger'",
+        payload: br#"{"index":1}"#.to_vec(),
+    };
+    assert!(matches!(keeper(received.clone()).await, Ok(Consumed::Applied(()))));
+    assert!(matches!(keeper(received).await, Ok(Consumed::Duplicate)));
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let processor = |runs: Arc<std::sync::atomic::AtomicUsize>| {
+        inbox.processor().on("order-created", move |_event: StoredEvent<serde_json::Value>| {
+            let run = runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move { if run == 0 { Err("the first run fails".into()) } else { Ok(()) } }
+        })
+    };
+    let processing = processor(runs.clone()).start()?;
+    let series =
+        |outcome: &str| format!(r#"consumer="ledger",event_type="order-created",outcome="{outcome}""#);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while value(&handle.render(), names::STORED_MESSAGES, &series("processed")).is_none() {
+        if Instant::now() > deadline {
+            return Err(format!("the stored message was not processed:\n{}", handle.render()).into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    processing.shutdown(Duration::from_secs(10)).await;
+    // A processor counts the rows of its types when it starts.
+    let counting = processor(runs.clone()).start()?;
+    let rows = r#"consumer="ledger",event_type="order-created",status="processed""#;
+    while value(&handle.render(), names::STORED_ROWS, rows) != Some(1.0) {
+        if Instant::now() > deadline {
+            return Err(format!("no rows gauge:\n{}", handle.render()).into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    counting.shutdown(Duration::from_secs(10)).await;
+    let rendered = handle.render();
+    for (outcome, count) in [("stored", 1.0), ("duplicate", 1.0), ("retried", 1.0), ("processed", 1.0)] {
+        assert_eq!(
+            value(&rendered, names::STORED_MESSAGES, &series(outcome)),
+            Some(count),
+            "{outcome}:\n{rendered}"
+        );
+    }
+    let by_type = r#"consumer="ledger",event_type="order-created""#;
+    assert_eq!(
+        value(&rendered, &format!("{}_count", names::STORED_HANDLER_DURATION), by_type),
+        Some(2.0),
+        "{rendered}"
+    );
+    assert_eq!(
+        value(&rendered, &format!("{}_count", names::STORED_LATENCY), by_type),
+        Some(1.0),
+        "{rendered}"
+    );
+    let received = r#"consumer="ledger",event_type="order-created",status="received""#;
+    assert_eq!(
+        value(&rendered, names::STORED_ROWS, received),
+        Some(0.0),
+        "an empty status is 0:\n{rendered}"
+    );
     Ok(())
 }

@@ -544,9 +544,14 @@ impl<D: Dialect, S> Oncebox<D, S> {
 
     /// The durable inbox of `consumer` ([`stored`]): a listener hands its messages over with
     /// `store_in(event_types, &inbox)`, and `inbox.processor()` runs the handlers on the stored
-    /// rows. Its settings are `oncebox.inbox.durable` (the defaults when the section is absent).
+    /// rows. Its settings are `oncebox.inbox.durable` (the defaults when the section is absent);
+    /// with `oncebox.inbox.metrics.enabled` it records into the engine's metrics hook.
     pub fn stored_inbox(&self, consumer: impl Into<String>) -> Result<stored::StoredInbox> {
-        let inbox = stored::StoredInbox::new(consumer, self.dialect.stored_inbox_dao());
+        let mut inbox = stored::StoredInbox::new(consumer, self.dialect.stored_inbox_dao());
+        // Only with `inbox.metrics.enabled`: a processor with metrics also counts its rows.
+        if self.config.inbox.as_ref().is_some_and(|inbox| inbox.metrics_enabled) {
+            inbox = inbox.with_metrics(self.metrics.clone());
+        }
         match self.config.inbox.as_ref().and_then(|inbox| inbox.durable.clone()) {
             Some(settings) => inbox.with_settings(settings),
             None => Ok(inbox),

@@ -16,11 +16,12 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
-use super::{InboxMessage, InboxSettlement, NewInboxMessage};
+use super::{InboxMessage, InboxSettlement, InboxStatus, NewInboxMessage};
 use crate::config::Backoff;
 use crate::consume::{Handler, HandlerFailure, HandlerFuture, Received, TxFuture, handler_failure};
 use crate::dao::{StoredInboxDao, StoredInboxTransactions};
 use crate::error::{BoxError, Error, ErrorKind, Result};
+use crate::hooks::{OutboxMetrics, StoredOutcome};
 use crate::inbox::Consumed;
 use crate::retry::{RetryDecision, decide};
 use crate::serializer::JsonSerializer;
@@ -113,7 +114,12 @@ pub struct StoredInbox {
     dao: Arc<dyn StoredInboxDao>,
     settings: Arc<StoredInboxSettings>,
     stored: Arc<Notify>,
+    /// The recording hook, when one is attached: only then does a processor count its rows.
+    metrics: Option<Arc<dyn OutboxMetrics>>,
 }
+
+/// How often a processor with metrics counts its rows by status.
+const GAUGE_EVERY: Duration = Duration::from_secs(10);
 
 impl fmt::Debug for StoredInbox {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -133,6 +139,22 @@ impl StoredInbox {
             dao,
             settings: Arc::new(StoredInboxSettings::default()),
             stored: Arc::new(Notify::new()),
+            metrics: None,
+        }
+    }
+
+    /// The same inbox recording what its listener and processors do into `metrics`
+    /// ([`StoredOutcome`] counts, handler durations, the write-to-effect latency, and every
+    /// 10 s the rows of each handled event type by status).
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Arc<dyn OutboxMetrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    fn record(&self, event_type: &str, outcome: StoredOutcome) {
+        if let Some(metrics) = &self.metrics {
+            metrics.stored_message(&self.consumer, event_type, outcome);
         }
     }
 
@@ -193,10 +215,14 @@ impl StoredInbox {
         let message = new_message(&self.consumer, received);
         match self.dao.store(&message).await {
             Ok(true) => {
+                self.record(&message.event_type, StoredOutcome::Stored);
                 self.stored.notify_waiters();
                 Ok(Consumed::Applied(()))
             }
-            Ok(false) => Ok(Consumed::Duplicate),
+            Ok(false) => {
+                self.record(&message.event_type, StoredOutcome::Duplicate);
+                Ok(Consumed::Duplicate)
+            }
             Err(error) => Err(HandlerFailure::Failed(error.context(format!("storing event {id}")))),
         }
     }
@@ -362,6 +388,9 @@ impl StoredProcessor {
         }
         let (stop, stopping) = watch::channel(false);
         let mut tasks = JoinSet::new();
+        if let Some(metrics) = self.inbox.metrics.clone() {
+            tasks.spawn(count_rows(self.inbox.clone(), metrics, self.event_types(), stopping.clone()));
+        }
         for (event_type, handler) in self.handlers {
             let poller = Poller { inbox: self.inbox.clone(), event_type, handler };
             tasks.spawn(poller.run(stopping.clone()));
@@ -469,9 +498,23 @@ impl Poller {
             },
             payload: stored.message.payload,
         };
-        let failure = match (self.handler)(received).await {
-            Ok(true) => return,
+        let created_at = received.created_at;
+        let started = std::time::Instant::now();
+        let ran = (self.handler)(received).await;
+        if let Some(metrics) = &self.inbox.metrics {
+            metrics.stored_handler_duration(&consumer, &self.event_type, started.elapsed());
+        }
+        let failure = match ran {
+            Ok(true) => {
+                self.inbox.record(&self.event_type, StoredOutcome::Processed);
+                if let (Some(metrics), Some(created_at)) = (&self.inbox.metrics, created_at) {
+                    let latency = Utc::now().signed_duration_since(created_at).to_std().unwrap_or_default();
+                    metrics.stored_latency(&consumer, &self.event_type, latency);
+                }
+                return;
+            }
             Ok(false) => {
+                self.inbox.record(&self.event_type, StoredOutcome::TakenOver);
                 tracing::warn!(consumer = &*consumer, event_id = %id, lease = ?settings.lease, "the handler outlasted its claim's lease and another poller took the message over; its work was rolled back");
                 return;
             }
@@ -496,6 +539,11 @@ impl Poller {
                 }
             }
         };
+        let outcome = match settlement {
+            InboxSettlement::Retry { .. } => StoredOutcome::Retried,
+            _ => StoredOutcome::Failed,
+        };
+        self.inbox.record(&self.event_type, outcome);
         match &settlement {
             InboxSettlement::Retry { after, error } => {
                 tracing::warn!(consumer = &*consumer, event_id = %id, attempts = attempts + 1, retry_in = ?after, error, "a stored message's handler failed; it runs again later");
@@ -534,6 +582,41 @@ async fn recover(inbox: StoredInbox, mut stopping: watch::Receiver<bool>) {
             Err(error) => {
                 tracing::warn!(consumer = &*inbox.consumer, %error, "recovering stored inbox messages failed")
             }
+        }
+    }
+}
+
+/// Sets the row gauges of `event_types` every [`GAUGE_EVERY`]: each status of each type, 0 where
+/// the count has no row, so a status that emptied does not keep its last value.
+async fn count_rows(
+    inbox: StoredInbox,
+    metrics: Arc<dyn OutboxMetrics>,
+    event_types: Vec<String>,
+    mut stopping: watch::Receiver<bool>,
+) {
+    loop {
+        match inbox.dao.counts().await {
+            Ok(counts) => {
+                for event_type in &event_types {
+                    for status in InboxStatus::ALL {
+                        let rows = counts
+                            .iter()
+                            .find(|count| {
+                                *count.consumer == *inbox.consumer
+                                    && count.event_type == *event_type
+                                    && count.status == status
+                            })
+                            .map_or(0, |count| count.rows);
+                        metrics.stored_rows(&inbox.consumer, event_type, status, rows);
+                    }
+                }
+            }
+            Err(error) => {
+                tracing::warn!(consumer = &*inbox.consumer, %error, "counting stored inbox messages failed; the gauges keep their last values");
+            }
+        }
+        if !pause(GAUGE_EVERY, &mut stopping, None).await {
+            return;
         }
     }
 }
