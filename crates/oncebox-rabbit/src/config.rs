@@ -242,6 +242,7 @@ pub struct RabbitListenerConfig {
     pub(crate) url: String,
     pub(crate) queue: String,
     pub(crate) prefetch: u16,
+    pub(crate) concurrency: u16,
     pub(crate) max_attempts: u32,
     pub(crate) retry: Doubling,
     pub(crate) declare: Option<RabbitTopology>,
@@ -257,6 +258,7 @@ impl fmt::Debug for RabbitListenerConfig {
             .field("url", &redact_url(&self.url))
             .field("queue", &self.queue)
             .field("prefetch", &self.prefetch)
+            .field("concurrency", &self.concurrency)
             .field("max_attempts", &self.max_attempts)
             .field("retry", &self.retry)
             .field("declare", &self.declare)
@@ -277,6 +279,7 @@ impl RabbitListenerConfig {
             url: url.into(),
             queue: queue.into(),
             prefetch: DEFAULT_PREFETCH,
+            concurrency: 1,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             retry: Doubling::new(DEFAULT_RETRY_MIN, DEFAULT_RETRY_MAX),
             declare: None,
@@ -302,6 +305,17 @@ impl RabbitListenerConfig {
     #[must_use]
     pub fn with_prefetch(mut self, prefetch: u16) -> Self {
         self.prefetch = prefetch;
+        self
+    }
+
+    /// Handlers running at once (1 by default: one message at a time, in queue order). With more,
+    /// up to `concurrency` deliveries are handled side by side, each acknowledged when its own
+    /// handler is done, so effects no longer happen in queue order; a failing one waits for its
+    /// retry without holding back the others. At most the prefetch (unless it is 0, unlimited):
+    /// more could never be in hand.
+    #[must_use]
+    pub fn with_concurrency(mut self, concurrency: u16) -> Self {
+        self.concurrency = concurrency;
         self
     }
 
@@ -375,6 +389,18 @@ impl RabbitListenerConfig {
         }
         if self.max_attempts == 0 {
             return Err(Error::config("rabbit.listener.max-attempts", "must be at least 1"));
+        }
+        if self.concurrency == 0 {
+            return Err(Error::config("rabbit.listener.concurrency", "must be at least 1"));
+        }
+        if self.prefetch != 0 && self.concurrency > self.prefetch {
+            return Err(Error::config(
+                "rabbit.listener.concurrency",
+                format!(
+                    "{} is more than the prefetch ({}): no more deliveries than the prefetch can be in hand",
+                    self.concurrency, self.prefetch
+                ),
+            ));
         }
         self.retry.check("rabbit.listener.retry-backoff", MAX_RETRY_BACKOFF)?;
         self.reconnect.check("rabbit.listener.reconnect-backoff", MAX_RECONNECT_BACKOFF)?;
@@ -647,11 +673,14 @@ mod tests {
             (base().with_reconnect_backoff(Duration::ZERO, second), "rabbit.listener.reconnect-backoff"),
             (base().with_shutdown_grace(huge), "rabbit.listener.shutdown-grace"),
             (base().with_max_attempts(0), "rabbit.listener.max-attempts"),
+            (base().with_concurrency(0), "rabbit.listener.concurrency"),
+            (base().with_prefetch(4).with_concurrency(8), "rabbit.listener.concurrency"),
         ];
         for (config, key) in cases {
             let text = listener_problem(&config);
             assert!(text.contains(key), "{key}: {text}");
         }
+        assert!(base().with_prefetch(0).with_concurrency(64).validate().is_ok(), "prefetch 0 is unlimited");
         let longest = base()
             .with_retry_backoff(MAX_RETRY_BACKOFF, MAX_RETRY_BACKOFF)
             .with_reconnect_backoff(crate::MAX_RECONNECT_BACKOFF, crate::MAX_RECONNECT_BACKOFF)

@@ -279,30 +279,59 @@ impl RabbitListener {
         tracing::info!(queue = %self.config.queue, "RabbitMQ listener consuming");
         // Poison messages kept unacknowledged; closing the channel returns them to the queue.
         let mut held: Vec<Delivery> = Vec::new();
+        // Deliveries being handled: at most `concurrency` (1: one at a time, in queue order).
+        let mut in_flight = futures::stream::FuturesUnordered::new();
+        let concurrency = usize::from(self.config.concurrency.max(1));
+        // Why the loop stopped taking deliveries: stopped (`true`), the consumer ended (`false`),
+        // or a broker error. The deliveries in hand are finished first either way.
+        let mut ending: Option<Result<bool>> = None;
         loop {
-            let next = tokio::select! {
+            tokio::select! {
                 biased;
-                () = stopped(&mut stopping) => return Ok(true),
-                next = consumer.next() => next,
-            };
-            let Some(delivery) = next else {
-                return Ok(false);
-            };
-            let delivery = delivery.map_err(|error| broker("receiving a delivery", error))?;
-            // A handler run is not raced against `stopping` (a delivery in hand is handled and
-            // settled first); only a wait for a retry is.
-            match self.process(channel, delivery, &mut stopping).await? {
-                Processed::Settled => {}
-                Processed::Stopping => return Ok(true),
-                Processed::Held(delivery) => {
-                    held.push(*delivery);
-                    if self.config.prefetch != 0 && held.len() >= usize::from(self.config.prefetch) {
-                        tracing::error!(
-                            queue = %self.config.queue, held = held.len(),
-                            "every prefetch slot holds a poison message: this listener receives nothing more (RabbitMQ's consumer_timeout closes the channel after 30 minutes by default, and the messages come back to be held again); the queue needs a dead-letter exchange: an x-dead-letter-exchange argument or policy and with_queue_dead_letter_exchange(), or with_declare with RabbitTopology::with_dead_letter"
-                        );
+                Some(processed) = in_flight.next(), if !in_flight.is_empty() => {
+                    match processed {
+                        Ok(Processed::Settled) => {}
+                        Ok(Processed::Stopping) => {
+                            ending.get_or_insert(Ok(true));
+                        }
+                        Ok(Processed::Held(delivery)) => {
+                            held.push(*delivery);
+                            if self.config.prefetch != 0 && held.len() >= usize::from(self.config.prefetch) {
+                                tracing::error!(
+                                    queue = %self.config.queue, held = held.len(),
+                                    "every prefetch slot holds a poison message: this listener receives nothing more (RabbitMQ's consumer_timeout closes the channel after 30 minutes by default, and the messages come back to be held again); the queue needs a dead-letter exchange: an x-dead-letter-exchange argument or policy and with_queue_dead_letter_exchange(), or with_declare with RabbitTopology::with_dead_letter"
+                                );
+                            }
+                        }
+                        Err(error) => {
+                            // The first broker error ends the session; the others in hand meet the
+                            // same closed channel.
+                            if !matches!(ending, Some(Err(_))) {
+                                ending = Some(Err(error));
+                            }
+                        }
                     }
                 }
+                () = stopped(&mut stopping), if ending.is_none() => {
+                    ending = Some(Ok(true));
+                }
+                next = consumer.next(), if ending.is_none() && in_flight.len() < concurrency => {
+                    match next {
+                        None => ending = Some(Ok(false)),
+                        Some(Err(error)) => ending = Some(Err(broker("receiving a delivery", error))),
+                        Some(Ok(delivery)) => {
+                            // A handler run is not raced against `stopping` (a delivery in hand is
+                            // handled and settled first); only a wait for a retry is.
+                            let mut stopping = stopping.clone();
+                            in_flight.push(async move { self.process(channel, delivery, &mut stopping).await });
+                        }
+                    }
+                }
+            }
+            if in_flight.is_empty()
+                && let Some(ending) = ending.take()
+            {
+                return ending;
             }
         }
     }

@@ -138,6 +138,33 @@ async fn a_durable_inbox_releases_the_broker_once_stored_and_applies_each_effect
     fixture.finish().await
 }
 
+async fn with_concurrency_a_busy_handler_does_not_hold_back_the_next_message(
+    harness: Arc<ListenerHarness>,
+) -> TestResult {
+    // The first run blocks until released: one at a time, the second message would wait behind it.
+    let effect = Arc::new(Effect::holding_first_call());
+    let setup = Setup { concurrency: Some(2), ..Setup::dead_lettered(3) };
+    let mut fixture = Fixture::start_with(&harness, effect.clone(), setup).await.map_err(fail)?;
+    let sender = fixture.sender().map_err(fail)?;
+    let (first, second) = (message_for(&fixture.exchange, 31), message_for(&fixture.exchange, 32));
+    fixture.deliver(&sender, &first).await?;
+    tokio::time::timeout(WAIT, effect.entered.notified())
+        .await
+        .map_err(|_| fail("the first run never started"))?;
+    fixture.deliver(&sender, &second).await?;
+    assert_eq!(
+        fixture.next_outcome().await?,
+        ListenerOutcome::Applied { id: second.id },
+        "handled beside the first"
+    );
+    effect.release.notify_one();
+    assert_eq!(fixture.next_outcome().await?, ListenerOutcome::Applied { id: first.id });
+    assert_eq!(effect.applied.load(Ordering::SeqCst), 2, "each effect once");
+    fixture.stop_listener().await?;
+    assert!(fixture.queued_now().await?.is_none(), "both acknowledged");
+    fixture.finish().await
+}
+
 async fn a_failed_effect_is_retried_after_a_pause_and_applied(harness: Arc<ListenerHarness>) -> TestResult {
     let effect = Arc::new(Effect::failing_first(1));
     let mut fixture = Fixture::start(&harness, effect.clone(), 3).await.map_err(fail)?;
@@ -545,6 +572,10 @@ fn cases() -> Vec<Case<ListenerHarness>> {
         case!(
             "a_durable_inbox_releases_the_broker_once_stored_and_applies_each_effect_once",
             a_durable_inbox_releases_the_broker_once_stored_and_applies_each_effect_once
+        ),
+        case!(
+            "with_concurrency_a_busy_handler_does_not_hold_back_the_next_message",
+            with_concurrency_a_busy_handler_does_not_hold_back_the_next_message
         ),
         case!(
             "a_poison_message_is_rejected_to_the_dead_letter_exchange",

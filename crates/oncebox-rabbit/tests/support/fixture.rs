@@ -120,6 +120,8 @@ pub struct Setup {
     /// The listener stores every message in a durable inbox (`store_in`), and a processor applies
     /// it with a transactional handler writing a row of the `effects` table.
     pub durable: bool,
+    /// `with_concurrency`, when not the default (1).
+    pub concurrency: Option<u16>,
 }
 
 impl Setup {
@@ -139,6 +141,7 @@ impl Setup {
             start_listener: true,
             transactional: false,
             durable: false,
+            concurrency: None,
         }
     }
 }
@@ -172,6 +175,9 @@ impl Fixture {
         }
         if let Some((min, max)) = setup.retry_backoff {
             config = config.with_retry_backoff(min, max);
+        }
+        if let Some(concurrency) = setup.concurrency {
+            config = config.with_concurrency(concurrency);
         }
         if let Some(name) = &setup.connection_name {
             config = config.with_connection_name(name.clone());
