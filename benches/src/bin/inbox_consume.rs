@@ -2,15 +2,18 @@
 //! PostgreSQL, each effect one row of an `effects` table written in the transaction that records
 //! the event as consumed, four ways in one run on one broker and one database, rounds interleaved:
 //!
-//! * **hand-written, ids only**: a lapin consumer, one message at a time: begin → insert the id
-//!   into an inbox table (skipping a known one) → insert the effect → commit → ack;
-//! * **`RabbitListener` + `on_in`**: the same through oncebox's listener and ids-only inbox;
+//! * **hand-written, ids only**: a lapin consumer: begin → insert the id into an inbox table
+//!   (skipping a known one) → insert the effect → commit → ack, one message at a time and then
+//!   `in-flight` at once;
+//! * **`RabbitListener` + `on_in`**: the same through oncebox's listener and ids-only inbox, one at
+//!   a time and then `with_concurrency(in-flight)`;
 //! * **hand-written, store then process**: a lapin consumer inserts each message into a table of
-//!   its own and acks it; beside it one loop claims up to `batch` stored rows (`FOR UPDATE SKIP
-//!   LOCKED`, marked under a token) and runs `concurrency` of them at once, each in its own
-//!   transaction: insert the effect → mark the row processed (fenced by the token) → commit;
-//! * **durable inbox**: `RabbitListener::store_in` and a `StoredProcessor` with `on_in`, the same
-//!   batch and concurrency.
+//!   its own and acks it, `in-flight` at once; beside it one loop claims up to `batch` stored rows
+//!   (`FOR UPDATE SKIP LOCKED`, marked under a token) and runs `concurrency` of them at once, each
+//!   in its own transaction: insert the effect → mark the row processed (fenced by the token) →
+//!   commit;
+//! * **durable inbox**: `RabbitListener::store_in` with `with_concurrency(in-flight)` and a
+//!   `StoredProcessor` with `on_in`, the same batch and concurrency.
 //!
 //! A round publishes the messages with `RabbitSender`, then starts the consumer and times until
 //! the last effect row is there. The binaries measure; they assert nothing.
@@ -55,6 +58,10 @@ struct Args {
     /// Handlers running at once (store-then-process variants).
     #[arg(long, default_value_t = 8)]
     concurrency: usize,
+    /// Messages the consumers handle at once (the hand-written ones, and the listeners with
+    /// `with_concurrency`).
+    #[arg(long, default_value_t = 8)]
+    in_flight: u16,
     /// Timed rounds per variant.
     #[arg(long, default_value_t = 2)]
     rounds: usize,
@@ -64,17 +71,28 @@ struct Args {
 enum Variant {
     RawIds,
     ListenerIds,
+    RawIdsInFlight,
+    ListenerIdsInFlight,
     RawStored,
     Durable,
 }
 
 impl Variant {
-    const ALL: [Variant; 4] = [Variant::RawIds, Variant::ListenerIds, Variant::RawStored, Variant::Durable];
+    const ALL: [Variant; 6] = [
+        Variant::RawIds,
+        Variant::ListenerIds,
+        Variant::RawIdsInFlight,
+        Variant::ListenerIdsInFlight,
+        Variant::RawStored,
+        Variant::Durable,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             Variant::RawIds => "hand-written, ids only, one at a time",
             Variant::ListenerIds => "RabbitListener + on_in, one at a time",
+            Variant::RawIdsInFlight => "hand-written, ids only, in-flight at once",
+            Variant::ListenerIdsInFlight => "RabbitListener + on_in, with_concurrency(in-flight)",
             Variant::RawStored => "hand-written, store then process",
             Variant::Durable => "durable inbox: store_in + StoredProcessor::on_in",
         }
@@ -137,8 +155,8 @@ async fn run(args: Args, amqp_url: String) -> BenchResult<()> {
     let channel = connection.create_channel().await?;
     let sender = RabbitSender::new(RabbitSenderConfig::new(amqp_url.clone()))?;
     println!(
-        "{} messages a round, {} rounds; store-then-process: batch {}, concurrency {}",
-        args.messages, args.rounds, args.batch, args.concurrency
+        "{} messages a round, {} rounds; in flight {}; store-then-process: batch {}, concurrency {}",
+        args.messages, args.rounds, args.in_flight, args.batch, args.concurrency
     );
     let mut rates: Vec<(Variant, Vec<f64>)> =
         Variant::ALL.iter().map(|variant| (*variant, Vec::new())).collect();
@@ -163,8 +181,14 @@ async fn run(args: Args, amqp_url: String) -> BenchResult<()> {
                 .await?;
             publish(&sender, &round_tables.topology.exchange, args.messages).await?;
             let elapsed = match variant {
-                Variant::RawIds => raw_ids(&amqp_url, &round_tables, args.messages).await?,
-                Variant::ListenerIds => listener_ids(&amqp_url, &round_tables, args.messages).await?,
+                Variant::RawIds => raw_ids(&amqp_url, &round_tables, args.messages, 1).await?,
+                Variant::ListenerIds => listener_ids(&amqp_url, &round_tables, args.messages, 1).await?,
+                Variant::RawIdsInFlight => {
+                    raw_ids(&amqp_url, &round_tables, args.messages, args.in_flight).await?
+                }
+                Variant::ListenerIdsInFlight => {
+                    listener_ids(&amqp_url, &round_tables, args.messages, args.in_flight).await?
+                }
                 Variant::RawStored => raw_stored(&amqp_url, &round_tables, &args).await?,
                 Variant::Durable => durable(&amqp_url, &round_tables, &args).await?,
             };
@@ -244,55 +268,59 @@ fn event_id(delivery: &lapin::message::Delivery) -> BenchResult<Uuid> {
     Ok(EventHeaders::decode("a delivery", entries)?.id)
 }
 
-async fn raw_ids(url: &str, round: &Round, messages: usize) -> BenchResult<Duration> {
-    let (_connection, _channel, mut consumer) = raw_consumer(url, &round.topology.queue, 1).await?;
+async fn raw_ids(url: &str, round: &Round, messages: usize, in_flight: u16) -> BenchResult<Duration> {
+    let (_connection, _channel, consumer) = raw_consumer(url, &round.topology.queue, in_flight).await?;
     let record = format!(
         "INSERT INTO {} (consumer, id, consumed_at) VALUES ('raw', $1, now()) ON CONFLICT DO NOTHING",
         round.dialect.tables().consumed()
     );
     let effect = format!("INSERT INTO {} (event_id, payload) VALUES ($1, $2)", round.effects());
     let started = Instant::now();
-    let mut applied = 0;
-    while applied < messages {
-        let delivery = consumer.next().await.ok_or("the consumer ended")??;
-        let id = event_id(&delivery)?;
-        let mut tx = round.pool().begin().await?;
-        let new =
-            sqlx::query(AssertSqlSafe(record.clone())).bind(id).execute(&mut *tx).await?.rows_affected() == 1;
-        if new {
-            let payload = String::from_utf8_lossy(&delivery.data).into_owned();
-            sqlx::query(AssertSqlSafe(effect.clone())).bind(id).bind(payload).execute(&mut *tx).await?;
-        }
-        tx.commit().await?;
-        delivery.ack(BasicAckOptions::default()).await?;
-        applied += 1;
+    let mut handled = consumer
+        .take(messages)
+        .map(|delivery| {
+            let (record, effect) = (record.clone(), effect.clone());
+            async move {
+                let delivery = delivery?;
+                let id = event_id(&delivery)?;
+                let mut tx = round.pool().begin().await?;
+                let new =
+                    sqlx::query(AssertSqlSafe(record)).bind(id).execute(&mut *tx).await?.rows_affected() == 1;
+                if new {
+                    let payload = String::from_utf8_lossy(&delivery.data).into_owned();
+                    sqlx::query(AssertSqlSafe(effect)).bind(id).bind(payload).execute(&mut *tx).await?;
+                }
+                tx.commit().await?;
+                delivery.ack(BasicAckOptions::default()).await?;
+                BenchResult::Ok(())
+            }
+        })
+        .buffer_unordered(usize::from(in_flight.max(1)));
+    while let Some(result) = handled.next().await {
+        result?;
     }
     round.until_applied(messages, started).await
 }
 
-async fn listener_ids(url: &str, round: &Round, messages: usize) -> BenchResult<Duration> {
+async fn listener_ids(url: &str, round: &Round, messages: usize, in_flight: u16) -> BenchResult<Duration> {
     let effect: Arc<str> =
         format!("INSERT INTO {} (event_id, payload) VALUES ($1, $2)", round.effects()).into();
     let inbox = Inbox::new("listener", round.dialect.inbox_dao(), round.dialect.writer());
-    let listener =
-        RabbitListener::builder(RabbitListenerConfig::new(url.to_owned(), round.topology.queue.clone()))
-            .on_in(
-                EVENT_TYPE,
-                inbox,
-                round.dialect.clone(),
-                move |tx, event: RabbitEvent<serde_json::Value>| {
-                    let effect = effect.clone();
-                    Box::pin(async move {
-                        sqlx::query(AssertSqlSafe(effect.to_string()))
-                            .bind(event.id)
-                            .bind(event.payload.to_string())
-                            .execute(&mut **tx)
-                            .await?;
-                        Ok(())
-                    })
-                },
-            )
-            .build()?;
+    let config =
+        RabbitListenerConfig::new(url.to_owned(), round.topology.queue.clone()).with_concurrency(in_flight);
+    let listener = RabbitListener::builder(config)
+        .on_in(EVENT_TYPE, inbox, round.dialect.clone(), move |tx, event: RabbitEvent<serde_json::Value>| {
+            let effect = effect.clone();
+            Box::pin(async move {
+                sqlx::query(AssertSqlSafe(effect.to_string()))
+                    .bind(event.id)
+                    .bind(event.payload.to_string())
+                    .execute(&mut **tx)
+                    .await?;
+                Ok(())
+            })
+        })
+        .build()?;
     let started = Instant::now();
     let running = Background::spawn(|shutdown| async move { listener.run(shutdown).await });
     let elapsed = round.until_applied(messages, started).await;
@@ -301,7 +329,7 @@ async fn listener_ids(url: &str, round: &Round, messages: usize) -> BenchResult<
 }
 
 async fn raw_stored(url: &str, round: &Round, args: &Args) -> BenchResult<Duration> {
-    let (_connection, _channel, mut consumer) = raw_consumer(url, &round.topology.queue, 1).await?;
+    let (_connection, _channel, consumer) = raw_consumer(url, &round.topology.queue, args.in_flight).await?;
     let store = format!(
         "INSERT INTO {} (consumer, id, payload, status) VALUES ('raw', $1, $2, 'RECEIVED') ON CONFLICT DO NOTHING",
         round.raw_inbox()
@@ -309,14 +337,23 @@ async fn raw_stored(url: &str, round: &Round, args: &Args) -> BenchResult<Durati
     let pool = round.pool().clone();
     let started = Instant::now();
     let messages = args.messages;
+    let in_flight = usize::from(args.in_flight.max(1));
     let storing = tokio::spawn(async move {
-        let mut stored = 0;
-        while stored < messages {
-            let delivery = consumer.next().await.ok_or("the consumer ended")??;
-            let id = event_id(&delivery)?;
-            sqlx::query(AssertSqlSafe(store.clone())).bind(id).bind(&delivery.data).execute(&pool).await?;
-            delivery.ack(BasicAckOptions::default()).await?;
-            stored += 1;
+        let mut stored = consumer
+            .take(messages)
+            .map(|delivery| {
+                let (store, pool) = (store.clone(), pool.clone());
+                async move {
+                    let delivery = delivery?;
+                    let id = event_id(&delivery)?;
+                    sqlx::query(AssertSqlSafe(store)).bind(id).bind(&delivery.data).execute(&pool).await?;
+                    delivery.ack(BasicAckOptions::default()).await?;
+                    BenchResult::Ok(())
+                }
+            })
+            .buffer_unordered(in_flight);
+        while let Some(result) = stored.next().await {
+            result?;
         }
         BenchResult::Ok(())
     });
@@ -400,10 +437,9 @@ async fn durable(url: &str, round: &Round, args: &Args) -> BenchResult<Duration>
             })
         })
         .start()?;
-    let listener =
-        RabbitListener::builder(RabbitListenerConfig::new(url.to_owned(), round.topology.queue.clone()))
-            .store_in([EVENT_TYPE], &inbox)
-            .build()?;
+    let config = RabbitListenerConfig::new(url.to_owned(), round.topology.queue.clone())
+        .with_concurrency(args.in_flight);
+    let listener = RabbitListener::builder(config).store_in([EVENT_TYPE], &inbox).build()?;
     let running = Background::spawn(|shutdown| async move { listener.run(shutdown).await });
     let elapsed = round.until_applied(args.messages, started).await;
     running.stop().await.map_err(|failed| format!("{failed:?}"))??;
