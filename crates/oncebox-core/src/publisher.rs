@@ -25,6 +25,14 @@ impl EventMeta {
         Self { partition_key: Some(partition_key.into()), headers: Headers::new() }
     }
 
+    /// Ties the event to a business flow: the `correlation_id` header, which a durable inbox keeps
+    /// in its own column ([`CORRELATION_ID_HEADER`](crate::stored::CORRELATION_ID_HEADER)). Without
+    /// it, a durable inbox takes the trace id of the event's `traceparent` instead.
+    #[must_use]
+    pub fn correlation_id(self, id: impl Into<String>) -> Self {
+        self.header(crate::stored::CORRELATION_ID_HEADER, id)
+    }
+
     /// Adds a header.
     #[must_use]
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {

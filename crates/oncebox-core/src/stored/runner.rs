@@ -637,3 +637,99 @@ async fn clean_up(inbox: StoredInbox, mut stopping: watch::Receiver<bool>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Headers;
+    use crate::stored::{InboxBatch, InboxCount};
+
+    /// A DAO no test may reach: the checks under test come before any storage.
+    struct Unreachable;
+
+    #[async_trait::async_trait]
+    impl StoredInboxDao for Unreachable {
+        async fn store(&self, _: &NewInboxMessage) -> Result<bool> {
+            Err(Error::new(ErrorKind::Other, "store was called"))
+        }
+        async fn claim(&self, _: &str, _: &str, _: u32) -> Result<InboxBatch> {
+            Err(Error::new(ErrorKind::Other, "claim was called"))
+        }
+        async fn settle(&self, _: &str, _: Uuid, _: Uuid, _: &InboxSettlement) -> Result<bool> {
+            Err(Error::new(ErrorKind::Other, "settle was called"))
+        }
+        async fn recover_stuck(&self, _: Duration, _: u32) -> Result<u64> {
+            Err(Error::new(ErrorKind::Other, "recover_stuck was called"))
+        }
+        async fn delete_processed(&self, _: Duration, _: u32) -> Result<u64> {
+            Err(Error::new(ErrorKind::Other, "delete_processed was called"))
+        }
+        async fn get(&self, _: &str, _: Uuid) -> Result<Option<InboxMessage>> {
+            Err(Error::new(ErrorKind::Other, "get was called"))
+        }
+        async fn counts(&self) -> Result<Vec<InboxCount>> {
+            Err(Error::new(ErrorKind::Other, "counts was called"))
+        }
+    }
+
+    fn received(headers: &[(&str, &str)], age: chrono::Duration) -> Received<Vec<u8>, &'static str> {
+        Received {
+            id: Uuid::now_v7(),
+            event_type: "order-created".into(),
+            payload_type: Some("OrderCreated".into()),
+            created_at: Some(Utc::now() - age),
+            headers: headers
+                .iter()
+                .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+                .collect::<Headers>(),
+            source: "queue 'billing'",
+            payload: b"{}".to_vec(),
+        }
+    }
+
+    #[test]
+    fn the_correlation_id_is_the_header_else_the_trace_id_of_the_traceparent() {
+        let trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let traced = new_message("billing", received(&[("traceparent", trace)], chrono::Duration::zero()));
+        assert_eq!(traced.correlation_id.as_deref(), Some("0af7651916cd43dd8448eb211c80319c"));
+        assert_eq!(traced.source, "queue 'billing'");
+        let both = received(
+            &[("traceparent", trace), (CORRELATION_ID_HEADER, "order-42")],
+            chrono::Duration::zero(),
+        );
+        assert_eq!(new_message("billing", both).correlation_id.as_deref(), Some("order-42"));
+        let malformed = received(&[("traceparent", "garbage")], chrono::Duration::zero());
+        assert_eq!(new_message("billing", malformed).correlation_id, None);
+    }
+
+    #[tokio::test]
+    async fn an_event_older_than_the_processed_rows_are_kept_is_refused_before_it_is_stored() {
+        let inbox = StoredInbox::new("billing", Arc::new(Unreachable));
+        let old = received(&[], chrono::Duration::days(8));
+        match inbox.keeper()(old).await {
+            Err(HandlerFailure::Poison(error)) => assert_eq!(error.kind(), ErrorKind::TooOld, "{error}"),
+            other => panic!("an 8-day-old event was not refused: {other:?}"),
+        }
+        // A young one reaches the store (which this DAO refuses): a failed run, not poison.
+        match inbox.keeper()(received(&[], chrono::Duration::days(1))).await {
+            Err(HandlerFailure::Failed(error)) => {
+                assert!(error.to_string().contains("store was called"), "{error}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn settings_that_would_stall_or_spin_the_pollers_are_refused_by_name() {
+        let zero_lease = StoredInboxSettings { lease: Duration::ZERO, ..StoredInboxSettings::default() };
+        let problem = StoredInbox::new("billing", Arc::new(Unreachable)).with_settings(zero_lease).err();
+        assert!(problem.is_some_and(|error| error.to_string().contains("oncebox.inbox.durable.lease")));
+        assert!(StoredInboxSettings::default().validate().is_ok());
+    }
+
+    #[test]
+    fn a_processor_without_handlers_does_not_start() {
+        let processor = StoredInbox::new("billing", Arc::new(Unreachable)).processor();
+        assert!(processor.start().err().is_some_and(|error| error.kind() == ErrorKind::Config));
+    }
+}
