@@ -269,7 +269,8 @@ impl SchemaPlan {
     pub const ALL: SchemaPlan = SchemaPlan { outbox: true, dlq: true, inbox: true, jobs: true };
 
     /// The tables a service with `config` uses: the outbox when it publishes, the DLQ when the DLQ
-    /// is on, the inbox when it consumes, the job table when any clean-up runs under a job lock.
+    /// is on, the inbox tables when it consumes, the job table when any clean-up runs under a job
+    /// lock (a consumer's durable inbox cleans up under one, so every consumer gets it).
     pub fn for_config(config: &crate::Config) -> Self {
         let outbox = config.outbox.as_ref();
         let outbox_clean_up = outbox
@@ -278,7 +279,7 @@ impl SchemaPlan {
             outbox: outbox.is_some(),
             dlq: outbox.is_some_and(|o| o.dlq.is_some()),
             inbox: config.inbox.is_some(),
-            jobs: outbox_clean_up || config.inbox.as_ref().is_some_and(|i| i.clean_up.is_some()),
+            jobs: outbox_clean_up || config.inbox.is_some(),
         }
     }
 }

@@ -547,7 +547,8 @@ impl<D: Dialect, S> Oncebox<D, S> {
     /// rows. Its settings are `oncebox.inbox.durable` (the defaults when the section is absent);
     /// with `oncebox.inbox.metrics.enabled` it records into the engine's metrics hook.
     pub fn stored_inbox(&self, consumer: impl Into<String>) -> Result<stored::StoredInbox> {
-        let mut inbox = stored::StoredInbox::new(consumer, self.dialect.stored_inbox_dao());
+        let mut inbox = stored::StoredInbox::new(consumer, self.dialect.stored_inbox_dao())
+            .with_job_lock(self.dialect.job_lock());
         // Only with `inbox.metrics.enabled`: a processor with metrics also counts its rows.
         if self.config.inbox.as_ref().is_some_and(|inbox| inbox.metrics_enabled) {
             inbox = inbox.with_metrics(self.metrics.clone());

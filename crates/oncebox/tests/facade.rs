@@ -533,3 +533,47 @@ oncebox:
     outbox.shutdown(Duration::from_secs(10)).await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_inbox_from_the_config_applies_a_stored_message_and_cleans_it_up_under_the_job_lock()
+-> TestResult {
+    let dialect = SqliteDialect::connect(&database_url("durable")?).await?;
+    let pool = dialect.pool().clone();
+    let config = Config::from_yaml_str(
+        "oncebox:\n  inbox:\n    durable:\n      poll-interval: 20ms\n      keep-processed: 1ms\n      clean-up-every: 50ms\n",
+    )?;
+    let service = Oncebox::builder(config).dialect(dialect).start().await?;
+    let inbox = service.stored_inbox("billing")?;
+    assert_eq!(inbox.settings().clean_up_every, Duration::from_millis(50), "the configured settings");
+    let id = uuid::Uuid::now_v7();
+    let received = oncebox::consume::Received {
+        id,
+        event_type: "order-created".to_owned(),
+        payload_type: None,
+        created_at: None,
+        headers: Default::default(),
+        source: "queue 'billing'",
+        payload: br#"{"order":1}"#.to_vec(),
+    };
+    assert!(matches!(inbox.keeper()(received).await, Ok(Consumed::Applied(()))));
+    let applied = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = applied.clone();
+    let processing = inbox
+        .processor()
+        .on("order-created", move |_: oncebox::stored::StoredEvent<serde_json::Value>| {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async { Ok(()) }
+        })
+        .start()?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while inbox.dao().get("billing", id).await?.is_some() {
+        assert!(Instant::now() < deadline, "the processed message was never cleaned up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    processing.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(applied.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let jobs: Vec<String> = sqlx::query_scalar("SELECT name FROM outbox_jobs").fetch_all(&pool).await?;
+    assert_eq!(jobs, ["stored-inbox-clean-up:billing"], "the clean-up ran under its job lock");
+    service.shutdown(Duration::from_secs(5)).await?;
+    Ok(())
+}

@@ -19,7 +19,7 @@ use uuid::Uuid;
 use super::{InboxMessage, InboxSettlement, InboxStatus, NewInboxMessage};
 use crate::config::Backoff;
 use crate::consume::{Handler, HandlerFailure, HandlerFuture, Received, TxFuture, handler_failure};
-use crate::dao::{StoredInboxDao, StoredInboxTransactions};
+use crate::dao::{JobLock, StoredInboxDao, StoredInboxTransactions};
 use crate::error::{BoxError, Error, ErrorKind, Result};
 use crate::hooks::{OutboxMetrics, StoredOutcome};
 use crate::inbox::Consumed;
@@ -116,6 +116,8 @@ pub struct StoredInbox {
     stored: Arc<Notify>,
     /// The recording hook, when one is attached: only then does a processor count its rows.
     metrics: Option<Arc<dyn OutboxMetrics>>,
+    /// The job lock the clean-up runs under, when one is attached: one instance at a time deletes.
+    job_lock: Option<Arc<dyn JobLock>>,
 }
 
 /// How often a processor with metrics counts its rows by status.
@@ -140,7 +142,19 @@ impl StoredInbox {
             settings: Arc::new(StoredInboxSettings::default()),
             stored: Arc::new(Notify::new()),
             metrics: None,
+            job_lock: None,
         }
+    }
+
+    /// The same inbox whose processors delete old PROCESSED rows under `lock` (the dialect's
+    /// [`job_lock`](crate::Dialect::job_lock), on the `outbox_jobs` table), as the engine's
+    /// clean-ups do: one instance at a time, at most once per
+    /// [`clean_up_every`](StoredInboxSettings::clean_up_every) over all of them. Without it every
+    /// processor deletes on its own schedule, which is correct but repeats the work.
+    #[must_use]
+    pub fn with_job_lock(mut self, lock: Arc<dyn JobLock>) -> Self {
+        self.job_lock = Some(lock);
+        self
     }
 
     /// The same inbox recording what its listener and processors do into `metrics`
@@ -621,18 +635,49 @@ async fn count_rows(
     }
 }
 
-/// Deletes PROCESSED rows older than the deduplication window.
+/// Deletes PROCESSED rows older than the deduplication window, under the job lock when there is
+/// one (held at least half the period, so instances do not delete back to back, and at most ten
+/// periods, so a crashed holder does not stop the clean-up for long).
 async fn clean_up(inbox: StoredInbox, mut stopping: watch::Receiver<bool>) {
     const ROWS: u32 = 1_000;
-    while pause(inbox.settings.clean_up_every, &mut stopping, None).await {
-        loop {
-            match inbox.dao.delete_processed(inbox.settings.keep_processed, ROWS).await {
-                Ok(deleted) if deleted >= u64::from(ROWS) => continue,
-                Ok(_) => break,
+    let job = format!("stored-inbox-clean-up:{}", inbox.consumer);
+    let owner = Uuid::new_v4();
+    let every = inbox.settings.clean_up_every;
+    while pause(every, &mut stopping, None).await {
+        let lease = match &inbox.job_lock {
+            None => None,
+            Some(lock) => match lock.try_lock(&job, owner, every / 2, every.saturating_mul(10)).await {
+                Ok(Some(lease)) => Some((lock, lease)),
+                Ok(None) => continue,
                 Err(error) => {
-                    tracing::warn!(consumer = &*inbox.consumer, %error, "deleting processed inbox messages failed");
-                    break;
+                    tracing::warn!(consumer = &*inbox.consumer, %error, "taking the stored inbox clean-up's job lock failed");
+                    continue;
                 }
+            },
+        };
+        delete_processed(&inbox, ROWS).await;
+        if let Some((lock, lease)) = lease
+            && let Err(error) = lock.unlock(&lease).await
+        {
+            tracing::warn!(consumer = &*inbox.consumer, %error, "releasing the stored inbox clean-up's job lock failed; it runs out on its own");
+        }
+    }
+}
+
+/// Deletes PROCESSED rows older than the deduplication window, `rows` at a time until fewer remain.
+async fn delete_processed(inbox: &StoredInbox, rows: u32) {
+    loop {
+        match inbox.dao.delete_processed(inbox.settings.keep_processed, rows).await {
+            Ok(deleted) if deleted >= u64::from(rows) => {}
+            Ok(deleted) => {
+                if deleted > 0 {
+                    tracing::debug!(consumer = &*inbox.consumer, deleted, "deleted processed inbox messages");
+                }
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(consumer = &*inbox.consumer, %error, "deleting processed inbox messages failed");
+                return;
             }
         }
     }
