@@ -1,7 +1,8 @@
 //! What the chaos ledger's processes share: the file the `chaos_relay` and `chaos_consumer`
-//! binaries start from, the relay and the consumer themselves (generic over the dialect and the
-//! broker the file names), the effect the consumer applies (recording every delivery first), and
-//! the stats file a relay keeps up to date so that its counters outlive a SIGKILL.
+//! binaries start from, the relay and the consumers of each [`Flavour`] themselves (generic over
+//! the dialect and the broker the file names), the effect the consumers apply (recording every
+//! delivery first), and the stats file a relay keeps up to date so that its counters outlive a
+//! SIGKILL.
 //!
 //! The file holds the library's own `oncebox:` block, validated by oncebox as any service's
 //! configuration would be, and a `chaos:` block naming what the run's processes meet on:
@@ -39,19 +40,20 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use oncebox::config::TransportKind;
+use oncebox::config::{Backoff, TransportKind};
+use oncebox::stored::{StoredEvent, StoredInbox, StoredInboxSettings};
 use oncebox::{
-    Config, Consumed, Deadline, Error, ErrorKind, Lifecycle, Oncebox, OutboundMessage, Result, SendError,
-    Sender, StatsSnapshot,
+    Config, Consumed, Deadline, Dialect, Error, ErrorKind, Lifecycle, Oncebox, OutboundMessage, Result,
+    SendError, Sender, StatsSnapshot,
 };
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::store::StoreInbox;
+use crate::store::{StoreInbox, StoreTx};
 use crate::transport::EventNote;
 use crate::{
-    EventHandler, KafkaTransport, MySqlStore, Names, PgStore, RabbitTransport, SqliteStore, Store, Transport,
-    plumbing,
+    EventHandler, KafkaTransport, MySqlStore, Names, Order, PgStore, RabbitTransport, SqliteStore, Store,
+    Transport, plumbing,
 };
 
 /// The variable that makes `chaos_consumer` apply effects without the inbox (`1`), so that the
@@ -176,6 +178,11 @@ pub enum Flavour {
     /// killed between its effect and the mark leaves a claim that another delivery takes over
     /// once the lease ran out, running the effect again: allowed only for such deliveries.
     Once,
+    /// The durable inbox (`oncebox::stored`): the listener only stores each message
+    /// (`store_in`) and acknowledges it once its row committed; the inbox's processor claims the
+    /// stored rows and runs an `on_in` handler, whose effect commits in the transaction that
+    /// settles the row PROCESSED. Retries wait in the row; a poison message ends FAILED there.
+    Durable,
 }
 
 impl Flavour {
@@ -184,6 +191,16 @@ impl Flavour {
         match self {
             Self::Transactional => "record_in",
             Self::Once => "on_once",
+            Self::Durable => "store_in",
+        }
+    }
+
+    /// The name of the chaos file's `flavour:` value.
+    pub fn config_value(self) -> &'static str {
+        match self {
+            Self::Transactional => "transactional",
+            Self::Once => "once",
+            Self::Durable => "durable",
         }
     }
 }
@@ -191,6 +208,46 @@ impl Flavour {
 /// The `on_once` consumers' claim lease: longer than any effect of the run (a few milliseconds),
 /// short enough that an event whose consumer was killed mid-effect is taken over soon.
 pub const ONCE_LEASE: Duration = Duration::from_secs(3);
+
+/// The durable inbox consumers' claim lease: far longer than a handler run (a few milliseconds,
+/// seconds while the database restarts), short enough that the rows a killed or stopped consumer
+/// held are run again by the other one within the run.
+pub const DURABLE_LEASE: Duration = Duration::from_secs(5);
+
+/// Runs a durable inbox message gets before it is FAILED: far more than a planned failure takes
+/// (at most 3), plus a lease run out for each kill or stop that meets it and failed runs while the
+/// database restarts, so only poison, which fails every run, reaches it.
+pub const DURABLE_MAX_ATTEMPTS: u32 = 20;
+
+/// Handlers running at once per event type in a durable inbox consumer. Each run holds a pooled
+/// connection for its transaction (begun by the processor before the handler) and takes a second
+/// one to record its delivery, so both event types' runs together must leave the dialects' default
+/// pool (10 connections) room for those and for the listener's stores. With the inbox's default
+/// (8 per type, 16 in all) every connection is held by a transaction whose handler waits for
+/// another: processing stalls in waves of the pool's acquire timeout.
+pub const DURABLE_CONCURRENCY: usize = 3;
+
+/// The durable inbox settings of the chaos consumers: a quick poll (50 ms) and short retries
+/// (100 ms doubling to 1 s), so that a run's planned failures and its poison (about 16 s to reach
+/// [`DURABLE_MAX_ATTEMPTS`]) are done soon after the publishing; the [`DURABLE_LEASE`]; and the
+/// default deduplication window (7 days), so no copy of the run is ever refused as too old.
+pub fn durable_settings() -> StoredInboxSettings {
+    StoredInboxSettings {
+        batch_size: 16,
+        concurrency: DURABLE_CONCURRENCY,
+        poll_interval: Duration::from_millis(50),
+        lease: DURABLE_LEASE,
+        max_attempts: DURABLE_MAX_ATTEMPTS,
+        backoff: Backoff {
+            enabled: true,
+            delay: Duration::from_millis(100),
+            multiplier: 2.0,
+            max_delay: Duration::from_secs(1),
+            jitter: 0.2,
+        },
+        ..StoredInboxSettings::default()
+    }
+}
 
 /// The `chaos:` block of the file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -555,7 +612,84 @@ pub async fn run_consumer(file: &ChaosFile, broken: bool) -> Result<()> {
     match file.chaos.flavour {
         Flavour::Transactional => crate::with_pair!(file.chaos, consumer(file, broken)),
         Flavour::Once => crate::with_pair!(file.chaos, once_consumer(file)),
+        Flavour::Durable => crate::with_pair!(file.chaos, durable_consumer(file)),
     }
+}
+
+/// The durable inbox consumer process: a consumer-only oncebox, a [`StoredInbox`] of the file's
+/// inbox consumer with [`durable_settings`], a processor running [`apply_stored`] for each event
+/// type in a transaction that also settles the row, and the broker's listener storing every event
+/// type in the inbox (`store_in`). A redelivery the inbox answers as a duplicate is noted
+/// `duplicate` from the listener's outcome reports, so that copies re-published to the broker show
+/// as deliveries. On SIGTERM (or the end of standard input) the listener stops first, then the
+/// processor finishes its runs in flight; a SIGKILL leaves their rows PROCESSING until the lease
+/// runs out and another consumer's processor takes them over.
+async fn durable_consumer<S: Store, T: Transport>(file: &ChaosFile) -> Result<()> {
+    let names = Arc::new(file.names()?);
+    let mut config = file.oncebox.clone();
+    config.outbox = None;
+    let oncebox = start_consumer_side::<S>(config, &names).await?;
+    let dialect = oncebox.dialect().clone();
+    let inbox = StoredInbox::new(file.chaos.inbox_consumer.clone(), dialect.stored_inbox_dao())
+        .with_settings(durable_settings())?;
+    let deliveries: Arc<str> = file.chaos.deliveries_table.as_str().into();
+    let failures = file.chaos.handler_failures;
+    let event_types = file.event_types();
+    let mut processor = inbox.processor();
+    for event_type in &event_types {
+        let (handler_dialect, names, deliveries) = (dialect.clone(), names.clone(), deliveries.clone());
+        processor = processor.on_in(*event_type, dialect.clone(), move |tx, event: StoredEvent<Order>| {
+            let (dialect, names, deliveries) = (handler_dialect.clone(), names.clone(), deliveries.clone());
+            Box::pin(async move {
+                apply_stored::<S>(tx, &dialect, &names, &deliveries, event.id, failures).await?;
+                Ok(())
+            })
+        });
+    }
+    let processing = processor.start()?;
+    let duplicate: EventNote = Arc::new(move |id| {
+        let (dialect, deliveries) = (dialect.clone(), deliveries.clone());
+        Box::pin(async move {
+            let delivery = S::record_delivery(&dialect, &deliveries, id, std::process::id()).await?;
+            S::note_delivery(&dialect, &deliveries, &delivery, "duplicate").await
+        })
+    });
+    let transport = transport::<T>()?;
+    let listening = patiently("chaos_consumer", || {
+        transport.listen_store(&names, &event_types, &inbox, duplicate.clone())
+    })
+    .await?;
+    let listened = listening.until(terminated(file.chaos.exit_on_stdin_eof)).await;
+    if !processing.shutdown(SHUTDOWN).await {
+        eprintln!(
+            "chaos_consumer: the durable inbox's runs did not finish within {SHUTDOWN:?}; their rows come back after the lease"
+        );
+    }
+    let shutdown = oncebox.shutdown(SHUTDOWN).await;
+    listened?;
+    shutdown
+}
+
+/// One run of a durable inbox handler for event `id`, in `tx` (the processor's transaction, which
+/// settles the row PROCESSED once this returns): records the delivery on the pool (committed on its
+/// own, so a run that is killed or rolled back still shows), fails on purpose as `failures` plan
+/// (before any write in `tx`, noted `failed`; the processor then rolls back and stores the retry in
+/// the row), then writes the effect row and notes the delivery `applied`, both in `tx`: they commit
+/// with the settle or not at all, so an effect row exists exactly for the run whose settle
+/// committed. The pool is used only before the first write in `tx`, so that on SQLite, where the
+/// transaction holds the write lock from its first write on, no write of this run waits for it.
+pub async fn apply_stored<S: Store>(
+    tx: &mut StoreTx<S>,
+    dialect: &S::Dialect,
+    names: &Names,
+    deliveries: &str,
+    id: Uuid,
+    failures: Option<HandlerFailures>,
+) -> Result<()> {
+    let delivery = S::record_delivery(dialect, deliveries, id, std::process::id()).await?;
+    fail_as_planned::<S>(dialect, deliveries, &delivery, id, failures).await?;
+    S::apply_in(tx, names, id).await?;
+    S::note_delivery_in(tx, deliveries, &delivery, "applied").await
 }
 
 /// The `on_once` consumer process: a consumer-only oncebox and the broker's listener with every

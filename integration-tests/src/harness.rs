@@ -28,6 +28,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use oncebox::stored::InboxStatus;
 use oncebox::{Dialect, Publisher, Result};
 use uuid::Uuid;
 
@@ -37,7 +38,9 @@ use crate::chaos::{
     Flavour, HandlerFailures, RelayStats, dropped_by_a_broken_relay, effects_in_doubt, left_in_flight,
 };
 use crate::servers::{PrivateKafka, PrivateMariadb, PrivatePostgres, RabbitApp};
-use crate::{EVENT_TYPE, Ledger, Names, Order, Placed, Store, Transport, copies_of, fresh_name, plumbing};
+use crate::{
+    EVENT_TYPE, Ledger, Names, Order, Placed, Store, StoredRows, Transport, copies_of, fresh_name, plumbing,
+};
 
 /// The second event type of a run, relayed to the same topic or exchange as [`EVENT_TYPE`] by two
 /// pollers (`concurrency: 2`); every third transaction publishes it.
@@ -97,6 +100,8 @@ impl Relaying {
 const INBOX_CONSUMER: &str = "effects";
 /// The inbox consumer name of a run's `on_once` consumers.
 const ONCE_INBOX_CONSUMER: &str = "once-effects";
+/// The durable inbox consumer name of a run's `store_in` consumers.
+const DURABLE_INBOX_CONSUMER: &str = "durable-effects";
 /// Consumer processes of a run (of each flavour).
 const CONSUMERS: usize = 2;
 /// The consumer slot of rebalance storms, after the others.
@@ -140,6 +145,9 @@ pub struct Profile {
     /// Whether `on_once` consumers run beside the transactional ones, on a queue or group of
     /// their own, with their own ledger.
     pub once_consumers: bool,
+    /// Whether durable inbox consumers (`store_in`) run beside the transactional ones, on a queue
+    /// or group of their own, with their own inbox consumer name and ledger.
+    pub durable_consumers: bool,
     /// SIGSTOPs of a consumer slot (its consumer of each flavour) for longer than the broker takes
     /// to give a silent consumer's messages to another ([`Transport::SILENT_CONSUMER_NOTICED_AFTER`]),
     /// then SIGCONT: the stopped consumer comes back to deliveries the other one took over.
@@ -171,6 +179,7 @@ pub const SMOKE: Profile = Profile {
     relaying: Relaying::SEQUENTIAL,
     handler_failures: Some((30, 2)),
     once_consumers: true,
+    durable_consumers: true,
     consumer_stops: 1,
     path_blackholes: 1,
     rebalance_storms: 1,
@@ -192,6 +201,7 @@ pub const QUICK: Profile = Profile {
     relaying: Relaying::CLAIMING_AHEAD,
     handler_failures: Some((30, 1)),
     once_consumers: true,
+    durable_consumers: true,
     consumer_stops: 1,
     path_blackholes: 2,
     rebalance_storms: 1,
@@ -212,6 +222,7 @@ pub const FULL: Profile = Profile {
     relaying: Relaying::SEQUENTIAL,
     handler_failures: Some((30, 1)),
     once_consumers: true,
+    durable_consumers: true,
     consumer_stops: 2,
     path_blackholes: 4,
     rebalance_storms: 2,
@@ -367,8 +378,44 @@ pub struct Report {
     pub dropped_by_relays: usize,
     /// What the profile asked for that this pair could not do, said out loud.
     pub notes: Vec<String>,
+    /// How long the phases after the publishing took.
+    pub timings: Timings,
     /// How long the run took, set-up and teardown included.
     pub elapsed: Duration,
+}
+
+/// How long a run took to settle after its publishers and its fault schedule were done, each time
+/// counted from then: what a consumer flavour that falls behind costs the run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Timings {
+    /// Per consumer flavour, when every awaited effect was in (the check runs every 250 ms).
+    pub effects_complete: Vec<(Flavour, Duration)>,
+    /// When the recovery was done: every effect in, every outbox row settled, every poison event
+    /// given up (dead-lettered, or FAILED in the durable inbox).
+    pub recovered: Duration,
+    /// When every flavour had handled every re-published copy.
+    pub copies_handled: Duration,
+    /// When every queue or group had no backlog and no durable inbox message was left to run.
+    pub drained: Duration,
+}
+
+impl Timings {
+    /// One line: `effects complete after record_in 1.2s, …; recovered after …`.
+    fn text(&self) -> String {
+        let effects: Vec<String> = self
+            .effects_complete
+            .iter()
+            .map(|(flavour, after)| format!("{} {:.1?}", flavour.name(), after))
+            .collect();
+        format!(
+            "after the publishing: effects complete after {}; recovered (outbox settled, poison given up) after \
+             {:.1?}; copies handled after {:.1?}; drained after {:.1?}",
+            effects.join(", "),
+            self.recovered,
+            self.copies_handled,
+            self.drained
+        )
+    }
 }
 
 impl Report {
@@ -455,7 +502,8 @@ impl Report {
         let faults = self.faults;
         let mut text = format!(
             "{} {} (seed {}, {:.0?}, claim-ahead {}: emergency timeout {:?}, stuck after {:?}):\n{}\n{}\n\
-             faults: {} relay kills, {} consumer kills (each also of the on_once consumer of its slot, when it runs), \
+             faults: {} relay kills, {} consumer kills (each also of the on_once and store_in consumers of its slot, \
+             when they run), \
              {} relay stops of {:?} ({} aimed: frozen after a send, before its settle), {} consumer stops, \
              {} blackholes of a relay's database path and {} of its broker path, {} storm members joined and left, \
              {} broker pauses, {} database restarts; commits in doubt {} (committed {}), transactions failed \
@@ -493,10 +541,26 @@ impl Report {
             .map(|(event_type, count)| format!("{event_type} {count}"))
             .collect();
         let _ = write!(text, "\ncommitted by event type (one topic or exchange): {}", by_type.join(", "));
+        let _ = write!(text, "\n{}", self.timings.text());
         for (flavour, ledger) in &self.ledgers {
+            if let Some(stored) = &ledger.stored {
+                let _ = write!(
+                    text,
+                    "\n{}: {} messages stored in the durable inbox, by status {:?}; deliveries the listener \
+                     absorbed as duplicates {}; handler runs that committed no outcome (killed, fenced after \
+                     the lease, or failed by the database) {}",
+                    flavour.name(),
+                    stored.rows,
+                    stored.by_status,
+                    stored.duplicates_absorbed,
+                    stored.runs_unfinished
+                );
+            }
             if !ledger.poison_dead_lettered.is_empty() {
                 let ids: Vec<String> = ledger.poison_dead_lettered.iter().map(Uuid::to_string).collect();
-                let _ = write!(text, "\n{}: poison events dead-lettered: {}", flavour.name(), ids.join(", "));
+                let given_up =
+                    if ledger.stored.is_some() { "FAILED in the durable inbox" } else { "dead-lettered" };
+                let _ = write!(text, "\n{}: poison events {given_up}: {}", flavour.name(), ids.join(", "));
             }
             if !ledger.repeated_after_kill.is_empty() {
                 let _ = write!(
@@ -672,20 +736,31 @@ async fn run_pair<S: Store, T: Transport>(
             };
             (once, format!("{}once_deliveries", names.prefix))
         }),
+        // No dead-letter destination: the listener only stores, and a store that fails (the
+        // database away) must be retried until it succeeds, never given up to the broker.
+        durable: profile.durable_consumers.then(|| {
+            let durable = Names {
+                effects: format!("{}durable_effects", names.prefix),
+                consumer: fresh_name("oncebox_chaos_durable"),
+                dead_letter: None,
+                ..names.clone()
+            };
+            (durable, format!("{}durable_deliveries", names.prefix))
+        }),
         dir: std::env::temp_dir().join(fresh_name("oncebox_chaos")),
         names,
         pair,
     };
     std::fs::create_dir_all(&run.dir).map_err(|error| plumbing("creating the run's directory", error))?;
-    let mut configs = Vec::new();
+    let mut configs = HashMap::new();
     for flavour in run.flavours() {
         let config = run.dir.join(format!("chaos-{}.yaml", flavour.name()));
         std::fs::write(&config, run.config_text(profile, options.seed, flavour))
             .map_err(|error| plumbing("writing the run's configuration", error))?;
-        configs.push(config);
+        configs.insert(flavour, config);
     }
     let mut fleet = Fleet::new(configs, run.dir.clone(), options, servers.variables.clone(), S::RELAYS);
-    for role in [Role::Consumer, Role::OnceConsumer] {
+    for role in [Role::Consumer, Role::OnceConsumer, Role::DurableConsumer] {
         fleet.role_variables.insert((role, None), T::consumer_variables(&variable));
     }
     if profile.path_blackholes > 0 {
@@ -742,6 +817,13 @@ async fn run_pair<S: Store, T: Transport>(
             teardown.push(transport.dispose_listener(once).await);
         }
     }
+    if let Some((durable, deliveries)) = &run.durable {
+        teardown.push(S::drop_table(&dialect, deliveries).await);
+        teardown.push(S::drop_table(&dialect, &durable.effects).await);
+        if servers.kafka.is_none() {
+            teardown.push(transport.dispose_listener(durable).await);
+        }
+    }
     teardown.push(store.dispose(&dialect, &run.names).await);
     if servers.kafka.is_none() {
         teardown.push(transport.dispose(&run.names).await);
@@ -768,6 +850,9 @@ struct Run {
     /// The `on_once` consumers' own names (effects table, queue or group, dead-letter
     /// destination) and deliveries table, when they run.
     once: Option<(Names, String)>,
+    /// The durable inbox consumers' own names (effects table, queue or group; no dead-letter
+    /// destination) and deliveries table, when they run.
+    durable: Option<(Names, String)>,
     dir: PathBuf,
     pair: Pair,
 }
@@ -782,17 +867,20 @@ impl Run {
         })
     }
 
-    /// The consumer flavours of the run: the transactional one, and `on_once` when it runs.
+    /// The consumer flavours of the run: the transactional one, then `on_once` and `store_in`
+    /// when they run.
     fn flavours(&self) -> Vec<Flavour> {
         let mut flavours = vec![Flavour::Transactional];
         flavours.extend(self.once.as_ref().map(|_| Flavour::Once));
+        flavours.extend(self.durable.as_ref().map(|_| Flavour::Durable));
         flavours
     }
 
     /// The names and deliveries table of the consumers of `flavour`.
     fn of(&self, flavour: Flavour) -> (&Names, &str) {
-        match (&self.once, flavour) {
-            (Some((names, deliveries)), Flavour::Once) => (names, deliveries),
+        match (flavour, &self.once, &self.durable) {
+            (Flavour::Once, Some((names, deliveries)), _)
+            | (Flavour::Durable, _, Some((names, deliveries))) => (names, deliveries),
             _ => (&self.names, &self.deliveries),
         }
     }
@@ -854,16 +942,19 @@ chaos:
             orders = names.orders,
             effects = names.effects,
             group = names.consumer,
-            inbox_consumer = match flavour {
-                Flavour::Transactional => INBOX_CONSUMER,
-                Flavour::Once => ONCE_INBOX_CONSUMER,
-            },
-            flavour = match flavour {
-                Flavour::Transactional => "transactional",
-                Flavour::Once => "once",
-            },
+            inbox_consumer = inbox_consumer(flavour),
+            flavour = flavour.config_value(),
             dir = self.dir.display(),
         )
+    }
+}
+
+/// The inbox consumer name of the consumers of `flavour`.
+fn inbox_consumer(flavour: Flavour) -> &'static str {
+    match flavour {
+        Flavour::Transactional => INBOX_CONSUMER,
+        Flavour::Once => ONCE_INBOX_CONSUMER,
+        Flavour::Durable => DURABLE_INBOX_CONSUMER,
     }
 }
 
@@ -885,9 +976,10 @@ fn fresh_names() -> Names {
 enum Role {
     Relay,
     /// A transactional consumer; the schedule's consumer faults name these, and each also
-    /// strikes the `on_once` consumer of the same slot when there is one.
+    /// strikes the `on_once` and `store_in` consumers of the same slot when they run.
     Consumer,
     OnceConsumer,
+    DurableConsumer,
 }
 
 impl Role {
@@ -896,6 +988,17 @@ impl Role {
             Role::Relay => "relay",
             Role::Consumer => "consumer",
             Role::OnceConsumer => "once-consumer",
+            Role::DurableConsumer => "durable-consumer",
+        }
+    }
+
+    /// The consumer flavour of the role; `None` for a relay.
+    fn flavour(self) -> Option<Flavour> {
+        match self {
+            Role::Relay => None,
+            Role::Consumer => Some(Flavour::Transactional),
+            Role::OnceConsumer => Some(Flavour::Once),
+            Role::DurableConsumer => Some(Flavour::Durable),
         }
     }
 }
@@ -1110,9 +1213,8 @@ fn schedule(profile: &Profile, seed: u64, abilities: Abilities) -> Vec<(Duration
 /// The run's child processes; dropping it SIGKILLs and reaps every one still running, also when
 /// the run fails or panics.
 struct Fleet {
-    /// The file of the relays and the transactional consumers, then that of the `on_once`
-    /// consumers when they run.
-    configs: Vec<PathBuf>,
+    /// The file of each consumer flavour that runs; the relays read the transactional one's.
+    configs: HashMap<Flavour, PathBuf>,
     logs: PathBuf,
     sabotage: Sabotage,
     binaries: Binaries,
@@ -1124,6 +1226,7 @@ struct Fleet {
     /// The consumers of each slot, then the storm slot ([`STORM_SLOT`]).
     consumers: Vec<Option<Child>>,
     once_consumers: Vec<Option<Child>>,
+    durable_consumers: Vec<Option<Child>>,
     /// Storm consumers told to leave (their standard input closed), reaped when they are gone.
     leaving: Vec<Child>,
     /// The process ids of the consumers SIGKILLed.
@@ -1134,13 +1237,15 @@ struct Fleet {
 
 impl Fleet {
     fn new(
-        configs: Vec<PathBuf>,
+        configs: HashMap<Flavour, PathBuf>,
         logs: PathBuf,
         options: &Options,
         variables: Vec<(&'static str, String)>,
         relays: usize,
     ) -> Self {
-        let once = if configs.len() > 1 { CONSUMERS + 1 } else { 0 };
+        // The consumers of each slot and the storm slot, for each flavour that runs.
+        let slots = |flavour| if configs.contains_key(&flavour) { CONSUMERS + 1 } else { 0 };
+        let (once, durable) = (slots(Flavour::Once), slots(Flavour::Durable));
         Self {
             configs,
             logs,
@@ -1151,6 +1256,7 @@ impl Fleet {
             relays: (0..relays).map(|_| None).collect(),
             consumers: (0..=CONSUMERS).map(|_| None).collect(),
             once_consumers: (0..once).map(|_| None).collect(),
+            durable_consumers: (0..durable).map(|_| None).collect(),
             leaving: Vec::new(),
             killed_consumers: HashSet::new(),
             started: 0,
@@ -1163,12 +1269,21 @@ impl Fleet {
             Role::Relay => &mut self.relays,
             Role::Consumer => &mut self.consumers,
             Role::OnceConsumer => &mut self.once_consumers,
+            Role::DurableConsumer => &mut self.durable_consumers,
         }
     }
 
-    /// Whether `on_once` consumers run.
-    fn runs_once(&self) -> bool {
-        !self.once_consumers.is_empty()
+    /// The consumer roles that run in each slot beside the transactional consumer, which the
+    /// schedule's consumer faults name: each fault strikes them too.
+    fn companions(&self) -> Vec<Role> {
+        let mut roles = Vec::new();
+        if !self.once_consumers.is_empty() {
+            roles.push(Role::OnceConsumer);
+        }
+        if !self.durable_consumers.is_empty() {
+            roles.push(Role::DurableConsumer);
+        }
+        roles
     }
 
     fn slot(&mut self, role: Role, slot: usize) -> Result<&mut Option<Child>> {
@@ -1180,12 +1295,9 @@ impl Fleet {
     fn start(&mut self, role: Role, slot: usize) -> Result<()> {
         let binary = match role {
             Role::Relay => self.binaries.relay.clone(),
-            Role::Consumer | Role::OnceConsumer => self.binaries.consumer.clone(),
+            Role::Consumer | Role::OnceConsumer | Role::DurableConsumer => self.binaries.consumer.clone(),
         };
-        let config = match role {
-            Role::Relay | Role::Consumer => self.configs.first(),
-            Role::OnceConsumer => self.configs.get(1),
-        };
+        let config = self.configs.get(&role.flavour().unwrap_or(Flavour::Transactional));
         let config =
             config.cloned().ok_or_else(|| plumbing("the fleet", format!("no file for {}", role.name())))?;
         self.started += 1;
@@ -1227,7 +1339,7 @@ impl Fleet {
         match role {
             Role::Relay => self.faults.relay_kills += 1,
             Role::Consumer => self.faults.consumer_kills += 1,
-            Role::OnceConsumer => {}
+            Role::OnceConsumer | Role::DurableConsumer => {}
         }
         Ok(())
     }
@@ -1276,8 +1388,26 @@ impl Fleet {
     /// Stops or continues consumer slot `slot` (its consumer of each flavour).
     fn signal_consumers(&mut self, slot: usize, signal: &str) -> Result<()> {
         self.signal(Role::Consumer, slot, signal)?;
-        if self.runs_once() {
-            self.signal(Role::OnceConsumer, slot, signal)?;
+        for role in self.companions() {
+            self.signal(role, slot, signal)?;
+        }
+        Ok(())
+    }
+
+    /// Kills consumer slot `slot` (its consumer of each flavour).
+    fn kill_consumers(&mut self, slot: usize) -> Result<()> {
+        self.kill(Role::Consumer, slot)?;
+        for role in self.companions() {
+            self.kill(role, slot)?;
+        }
+        Ok(())
+    }
+
+    /// Starts consumer slot `slot` (its consumer of each flavour).
+    fn start_consumers(&mut self, slot: usize) -> Result<()> {
+        self.start(Role::Consumer, slot)?;
+        for role in self.companions() {
+            self.start(role, slot)?;
         }
         Ok(())
     }
@@ -1285,10 +1415,7 @@ impl Fleet {
     /// The storm slot's consumers leave: their standard input is closed, so each shuts down as on
     /// SIGTERM (a Kafka member leaves its group), and they are reaped once gone.
     fn leave(&mut self) -> Result<()> {
-        for role in [Role::Consumer, Role::OnceConsumer] {
-            if role == Role::OnceConsumer && !self.runs_once() {
-                continue;
-            }
+        for role in [vec![Role::Consumer], self.companions()].concat() {
             let Some(mut child) = self.slot(role, STORM_SLOT)?.take() else {
                 return Err(plumbing("the fleet", format!("the storm's {} is not running", role.name())));
             };
@@ -1302,7 +1429,7 @@ impl Fleet {
     /// Fails when a process exited that the schedule did not kill, with the end of its log.
     /// (A storm consumer told to leave is no longer in a slot.)
     fn check_alive(&mut self) -> Result<()> {
-        for role in [Role::Relay, Role::Consumer, Role::OnceConsumer] {
+        for role in [Role::Relay, Role::Consumer, Role::OnceConsumer, Role::DurableConsumer] {
             for slot in 0..self.slots(role).len() {
                 if let Some(child) = self.slot(role, slot)?.as_mut()
                     && let Ok(Some(status)) = child.try_wait()
@@ -1344,6 +1471,7 @@ impl Drop for Fleet {
             .iter_mut()
             .chain(self.consumers.iter_mut())
             .chain(self.once_consumers.iter_mut())
+            .chain(self.durable_consumers.iter_mut())
             .flatten()
             .chain(self.leaving.iter_mut())
         {
@@ -1431,14 +1559,8 @@ impl Servers {
 
     async fn apply(&mut self, action: Action, fleet: &mut Fleet) -> Result<()> {
         match action {
-            Action::Kill(Role::Consumer, slot) if fleet.runs_once() => {
-                fleet.kill(Role::Consumer, slot)?;
-                fleet.kill(Role::OnceConsumer, slot)
-            }
-            Action::Start(Role::Consumer, slot) if fleet.runs_once() => {
-                fleet.start(Role::Consumer, slot)?;
-                fleet.start(Role::OnceConsumer, slot)
-            }
+            Action::Kill(Role::Consumer, slot) => fleet.kill_consumers(slot),
+            Action::Start(Role::Consumer, slot) => fleet.start_consumers(slot),
             Action::Kill(role, slot) => fleet.kill(role, slot),
             Action::Start(role, slot) => fleet.start(role, slot),
             Action::Stop(slot) => fleet.freeze_relay(slot).await,
@@ -1462,10 +1584,7 @@ impl Servers {
                 Ok(())
             }
             Action::Join => {
-                fleet.start(Role::Consumer, STORM_SLOT)?;
-                if fleet.runs_once() {
-                    fleet.start(Role::OnceConsumer, STORM_SLOT)?;
-                }
+                fleet.start_consumers(STORM_SLOT)?;
                 fleet.faults.storm_members += 1;
                 Ok(())
             }
@@ -1563,9 +1682,9 @@ async fn drive<S: Store, T: Transport>(
     transport.prepare(names).await?;
     store.create_business_tables(dialect, names).await?;
     S::create_deliveries_table(dialect, &run.deliveries).await?;
-    if let Some((once, deliveries)) = &run.once {
-        transport.prepare(once).await?;
-        S::create_effects_table(dialect, &once.effects).await?;
+    for (flavour_names, deliveries) in run.once.iter().chain(&run.durable) {
+        transport.prepare(flavour_names).await?;
+        S::create_effects_table(dialect, &flavour_names.effects).await?;
         S::create_deliveries_table(dialect, deliveries).await?;
     }
 
@@ -1581,16 +1700,10 @@ async fn drive<S: Store, T: Transport>(
         fleet.start(Role::Relay, slot)?;
     }
     for slot in 0..CONSUMERS {
-        fleet.start(Role::Consumer, slot)?;
+        fleet.start_consumers(slot)?;
     }
-    if fleet.runs_once() {
-        for slot in 0..CONSUMERS {
-            fleet.start(Role::OnceConsumer, slot)?;
-        }
-    }
-    transport.await_listener(names).await?;
-    if let Some((once, _)) = &run.once {
-        transport.await_listener(once).await?;
+    for flavour in run.flavours() {
+        transport.await_listener(run.of(flavour).0).await?;
     }
     fleet.check_alive()?;
 
@@ -1631,6 +1744,7 @@ async fn drive<S: Store, T: Transport>(
     for task in publisher_tasks {
         published.merge(task.await.map_err(|error| plumbing("a publisher task", error))?);
     }
+    let published_at = Instant::now();
     fleet.check_alive()?;
     if published.committed.is_empty() {
         return Err(plumbing(
@@ -1658,6 +1772,8 @@ async fn drive<S: Store, T: Transport>(
     let flavours = run.flavours();
     // What each flavour's dead-letter destination held so far (a RabbitMQ queue is emptied as read).
     let dead_lettered = std::sync::Mutex::new(HashMap::<Flavour, HashSet<Uuid>>::new());
+    // When each flavour first had every awaited effect.
+    let effects_complete = std::sync::Mutex::new(Vec::<(Flavour, Duration)>::new());
     let recovered = wait_while_progressing(|| async {
         let statuses = S::outbox_statuses(dialect, names).await?;
         let settled: i64 =
@@ -1668,13 +1784,27 @@ async fn drive<S: Store, T: Transport>(
             let (flavour_names, _) = run.of(flavour);
             let effects = S::effects(dialect, flavour_names).await?;
             let applied: HashSet<&str> = effects.iter().map(|(id, _)| id.as_str()).collect();
-            done &= awaited.iter().all(|id| applied.contains(id.as_str()));
+            let complete = awaited.iter().all(|id| applied.contains(id.as_str()));
+            if complete {
+                let mut noted =
+                    effects_complete.lock().map_err(|error| plumbing("the effects' timings", error))?;
+                if noted.iter().all(|(known, _)| *known != flavour) {
+                    noted.push((flavour, published_at.elapsed()));
+                }
+            }
+            done &= complete;
             progress.push(i64::try_from(effects.len()).unwrap_or(i64::MAX));
         }
-        // Read only once the rest is done: a Kafka dead-letter topic is read from its start.
+        // Read only once the rest is done: a Kafka dead-letter topic is read from its start. A
+        // durable inbox consumer gives poison up in its table (FAILED), not to the broker.
         if done && !awaited_poison.is_empty() {
             for &flavour in &flavours {
-                let found = transport.dead_lettered(run.of(flavour).0).await?;
+                let found = match flavour {
+                    Flavour::Durable => failed_in_inbox::<S>(dialect, run.of(flavour).0).await?,
+                    Flavour::Transactional | Flavour::Once => {
+                        transport.dead_lettered(run.of(flavour).0).await?
+                    }
+                };
                 let mut seen =
                     dead_lettered.lock().map_err(|error| plumbing("the dead-lettered ids", error))?;
                 let seen = seen.entry(flavour).or_default();
@@ -1687,6 +1817,11 @@ async fn drive<S: Store, T: Transport>(
         Ok((done, progress))
     })
     .await;
+    let mut timings = Timings {
+        effects_complete: effects_complete.into_inner().unwrap_or_default(),
+        recovered: published_at.elapsed(),
+        ..Timings::default()
+    };
     fleet.check_alive()?;
     let faults = fleet.faults;
     let fleet_relays = fleet.relays.len();
@@ -1710,13 +1845,15 @@ async fn drive<S: Store, T: Transport>(
             .collect(),
         dropped_by_relays: published.committed.keys().filter(|id| !arrives(id)).count(),
         notes: Vec::new(),
+        timings: Timings::default(),
         elapsed: Duration::ZERO,
     };
     if let Err(error) = recovered {
         let dead = dead_lettered.into_inner().unwrap_or_default();
         let ledgers =
             read_ledgers::<S>(dialect, run, &published, &poison, &dead, &fleet.killed_consumers).await?;
-        let stalled = report(ledgers, RelayStats::read_all(&run.dir)?, 0, faults);
+        let mut stalled = report(ledgers, RelayStats::read_all(&run.dir)?, 0, faults);
+        stalled.timings = timings;
         let lost: Vec<Uuid> = stalled.ledger().lost.iter().take(10).copied().collect();
         // The publishers' dialect: it reads the run's outbox tables, not the default ones.
         let rows = outbox_rows(&shared.0, &lost).await;
@@ -1762,21 +1899,30 @@ async fn drive<S: Store, T: Transport>(
         .await?;
         fleet.check_alive()?;
     }
+    timings.copies_handled = published_at.elapsed();
 
     // Duplicates are counted only once nothing is left to deliver: each flavour's queue empty, or
-    // its group's lag zero, so no redelivery still on its way is missed.
+    // its group's lag zero, so no redelivery still on its way is missed; and the durable inbox
+    // consumers' stored messages all PROCESSED or FAILED, none still waiting or running.
+    let stored = shared.0.stored_inbox_dao();
     wait_while_progressing(|| async {
         let mut backlogs = Vec::new();
         for &flavour in &flavours {
             backlogs.push(transport.backlog(run.of(flavour).0).await?);
         }
+        if run.durable.is_some() {
+            backlogs.push(stored_unfinished(&*stored).await?);
+        }
         Ok((backlogs.iter().all(|&backlog| backlog == 0), backlogs))
     })
     .await
     .map_err(|error| {
-        error
-            .context("waiting for every queue to empty (RabbitMQ) or every group's lag to reach zero (Kafka)")
+        error.context(
+            "waiting for every queue to empty (RabbitMQ) or every group's lag to reach zero (Kafka), and \
+             every durable inbox message to be PROCESSED or FAILED",
+        )
     })?;
+    timings.drained = published_at.elapsed();
     fleet.check_alive()?;
 
     let mut dead = dead_lettered.into_inner().map_err(|error| plumbing("the dead-lettered ids", error))?;
@@ -1785,7 +1931,31 @@ async fn drive<S: Store, T: Transport>(
     }
     let ledgers =
         read_ledgers::<S>(dialect, run, &published, &poison, &dead, &fleet.killed_consumers).await?;
-    Ok(report(ledgers, RelayStats::read_all(&run.dir)?, copies.len(), fleet.faults))
+    let mut report = report(ledgers, RelayStats::read_all(&run.dir)?, copies.len(), fleet.faults);
+    report.timings = timings;
+    Ok(report)
+}
+
+/// The durable inbox messages of the run's `store_in` consumers still RECEIVED or PROCESSING, by
+/// the inbox's own counts.
+async fn stored_unfinished(stored: &dyn oncebox::StoredInboxDao) -> Result<u64> {
+    Ok(stored
+        .counts()
+        .await?
+        .iter()
+        .filter(|count| {
+            count.consumer == DURABLE_INBOX_CONSUMER
+                && matches!(count.status, InboxStatus::Received | InboxStatus::Processing)
+        })
+        .map(|count| count.rows)
+        .sum())
+}
+
+/// The ids whose durable inbox message the run's `store_in` consumers gave up (FAILED), in the
+/// run's tables of `names`.
+async fn failed_in_inbox<S: Store>(dialect: &S::Dialect, names: &Names) -> Result<Vec<Uuid>> {
+    let rows = S::stored_messages(dialect, names, DURABLE_INBOX_CONSUMER).await?;
+    Ok(rows.into_iter().filter(|(_, status)| status == "FAILED").map(|(id, _)| id).collect())
 }
 
 /// The logs of the run's `on_once` consumer processes (`NNN-once-consumer-<slot>.log`).
@@ -1807,7 +1977,10 @@ fn once_consumer_logs(dir: &std::path::Path) -> Vec<String> {
 
 /// The ledger of each consumer flavour of the run. The `on_once` one allows an effect repeated
 /// after a consumer was killed in it, or after the inbox reported its claim left in flight
-/// ([`Ledger::with_repeats_after_kills`]); the transactional one allows nothing of the kind.
+/// ([`Ledger::with_repeats_after_kills`]); the transactional one allows nothing of the kind, nor
+/// does the durable inbox one, whose effect commits with the settle of its row: its ledger also
+/// accounts for the stored messages ([`Ledger::with_stored_inbox`]), poison counting as given up
+/// when its row is FAILED.
 async fn read_ledgers<S: Store>(
     dialect: &S::Dialect,
     run: &Run,
@@ -1819,6 +1992,20 @@ async fn read_ledgers<S: Store>(
     let mut ledgers = Vec::new();
     for flavour in run.flavours() {
         let (names, deliveries) = run.of(flavour);
+        if flavour == Flavour::Durable {
+            let rows = S::stored_messages(dialect, names, DURABLE_INBOX_CONSUMER).await?;
+            let failed: HashSet<Uuid> =
+                rows.iter().filter(|(_, status)| status == "FAILED").map(|(id, _)| *id).collect();
+            let committed: Vec<Uuid> = published.committed.keys().copied().collect();
+            let rolled_back: Vec<Uuid> = published.rolled_back.iter().copied().collect();
+            let runs = S::deliveries_by_outcome(dialect, deliveries).await?;
+            let stored = StoredRows::new(&committed, &rolled_back, poison, &rows).with_deliveries(&runs);
+            let ledger = read_ledger::<S>(dialect, names, deliveries, published, poison, &failed)
+                .await?
+                .with_stored_inbox(stored);
+            ledgers.push((flavour, ledger));
+            continue;
+        }
         let dead = dead_lettered.get(&flavour).cloned().unwrap_or_default();
         let mut ledger = read_ledger::<S>(dialect, names, deliveries, published, poison, &dead).await?;
         if flavour == Flavour::Once {

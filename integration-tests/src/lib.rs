@@ -41,7 +41,7 @@ pub mod servers;
 pub mod store;
 pub mod transport;
 
-pub use ledger::Ledger;
+pub use ledger::{Ledger, StoredRows};
 pub use store::{MySqlStore, Names, Order, PgStore, Placed, SqliteStore, Store};
 pub use transport::{EventHandler, KafkaTransport, Listening, RabbitTransport, Transport};
 

@@ -1,6 +1,6 @@
 //! The SQL side of a suite, one [`Store`] per dialect: instances over one run's tables, the business
-//! writes that publish in the caller's transaction, the effect applied through the inbox, and the
-//! counts the accounting reads.
+//! writes that publish in the caller's transaction, the effect applied through the inbox (or in a
+//! durable inbox handler's transaction), and the counts the accounting reads.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -9,7 +9,9 @@ use std::sync::Arc;
 use oncebox::mysql::MySqlDialect;
 use oncebox::postgres::PgDialect;
 use oncebox::sqlite::SqliteDialect;
-use oncebox::{Consumed, Dialect, Error, ErrorKind, Inbox, Publisher, Result};
+use oncebox::{
+    Consumed, Dialect, Error, ErrorKind, Inbox, Publisher, Result, StoredInboxTransactions, Transactions,
+};
 use serde::{Deserialize, Serialize};
 use sqlx::AssertSqlSafe;
 use uuid::Uuid;
@@ -88,10 +90,13 @@ impl Names {
 /// The inbox type the facade hands out for a store's dialect.
 pub type StoreInbox<S> = Inbox<Arc<<<S as Store>::Dialect as Dialect>::Writer>>;
 
+/// The transaction a durable inbox handler of a store's dialect runs in.
+pub type StoreTx<S> = <<S as Store>::Dialect as Transactions>::Tx;
+
 /// One SQL database under test, named by an environment variable (SQLite needs none: a temp file).
 pub trait Store: Sized + Send + Sync + 'static {
-    /// The dialect the facade is built with.
-    type Dialect: Dialect + Clone + Send + Sync + 'static;
+    /// The dialect the facade is built with; its transactions also run durable inbox handlers.
+    type Dialect: Dialect + StoredInboxTransactions + Clone + Send + Sync + 'static;
 
     /// Short name used in test names (`postgres`, `mysql`, `sqlite`).
     const NAME: &'static str;
@@ -211,6 +216,28 @@ pub trait Store: Sized + Send + Sync + 'static {
         table: &str,
     ) -> impl Future<Output = Result<Vec<(String, i64)>>> + Send;
 
+    /// Writes the effect row of event `id` in `tx`, a durable inbox handler's transaction: the
+    /// processor settles the message PROCESSED in the same transaction, so the row commits with
+    /// the settle or not at all (and without any inbox check here: the claim is the check).
+    fn apply_in(tx: &mut StoreTx<Self>, names: &Names, id: Uuid) -> impl Future<Output = Result<()>> + Send;
+
+    /// Notes the outcome of the delivery `delivery` in `tx`, so that the note commits with the
+    /// effect: a run whose transaction rolls back leaves its delivery without an outcome.
+    fn note_delivery_in(
+        tx: &mut StoreTx<Self>,
+        table: &str,
+        delivery: &str,
+        outcome: &str,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// The durable inbox messages `consumer` stored in the run's `outbox_inbox_messages`, as
+    /// `(event id, status)`.
+    fn stored_messages(
+        dialect: &Self::Dialect,
+        names: &Names,
+        consumer: &str,
+    ) -> impl Future<Output = Result<Vec<(Uuid, String)>>> + Send;
+
     /// Writes the effect row of event `id` with no inbox check at all: the deliberately broken
     /// consumer, which applies every redelivery again.
     fn apply_without_inbox(
@@ -257,9 +284,29 @@ fn mark(numbered: bool, n: usize) -> String {
     if numbered { format!("${n}") } else { "?".to_owned() }
 }
 
-/// The three stores take the same SQL but for their bind markers, so one body serves them all.
+/// A durable inbox id as a dialect's `outbox_inbox_messages.id` column reads: a native UUID
+/// (PostgreSQL's `UUID`, MySQL's `BINARY(16)` as sqlx encodes a `Uuid`), or hyphenated text
+/// (SQLite).
+trait StoredId {
+    fn into_uuid(self) -> Result<Uuid>;
+}
+
+impl StoredId for Uuid {
+    fn into_uuid(self) -> Result<Uuid> {
+        Ok(self)
+    }
+}
+
+impl StoredId for String {
+    fn into_uuid(self) -> Result<Uuid> {
+        Uuid::parse_str(&self).map_err(|error| crate::plumbing(&format!("stored message id {self:?}"), error))
+    }
+}
+
+/// The three stores take the same SQL but for their bind markers (and how the durable inbox's id
+/// column reads), so one body serves them all.
 macro_rules! sql_store_operations {
-    ($dialect:ty, numbered: $numbered:literal) => {
+    ($dialect:ty, numbered: $numbered:literal, stored_id: $stored_id:ty) => {
         type Dialect = $dialect;
 
         async fn create_business_tables(&self, dialect: &$dialect, names: &Names) -> Result<()> {
@@ -481,6 +528,45 @@ macro_rules! sql_store_operations {
             Ok(())
         }
 
+        async fn apply_in(tx: &mut StoreTx<Self>, names: &Names, id: Uuid) -> Result<()> {
+            let insert = format!("INSERT INTO {} (event_id) VALUES ({})", names.effects, mark($numbered, 1));
+            sqlx::query(AssertSqlSafe(insert))
+                .bind(id.to_string())
+                .execute(&mut **tx)
+                .await
+                .map_err(database_error("inserting the effect in the handler's transaction"))?;
+            Ok(())
+        }
+
+        async fn note_delivery_in(tx: &mut StoreTx<Self>, table: &str, delivery: &str, outcome: &str) -> Result<()> {
+            let sql = format!(
+                "UPDATE {table} SET outcome = {} WHERE delivery_id = {}",
+                mark($numbered, 1),
+                mark($numbered, 2)
+            );
+            sqlx::query(AssertSqlSafe(sql))
+                .bind(outcome)
+                .bind(delivery)
+                .execute(&mut **tx)
+                .await
+                .map_err(database_error("noting a delivery's outcome in the handler's transaction"))?;
+            Ok(())
+        }
+
+        async fn stored_messages(dialect: &$dialect, names: &Names, consumer: &str) -> Result<Vec<(Uuid, String)>> {
+            let sql = format!(
+                "SELECT id, status FROM {} WHERE consumer = {}",
+                names.outbox_tables()?.inbox(),
+                mark($numbered, 1)
+            );
+            let rows: Vec<($stored_id, String)> = sqlx::query_as(AssertSqlSafe(sql))
+                .bind(consumer)
+                .fetch_all(dialect.pool())
+                .await
+                .map_err(database_error("reading the stored inbox messages"))?;
+            rows.into_iter().map(|(id, status)| Ok((id.into_uuid()?, status))).collect()
+        }
+
         async fn orders(dialect: &$dialect, names: &Names) -> Result<Vec<i64>> {
             let sql = format!("SELECT id FROM {}", names.orders);
             sqlx::query_scalar(AssertSqlSafe(sql))
@@ -505,9 +591,15 @@ where
     E: sqlx::Executor<'c> + Copy,
 {
     let tables = names.outbox_tables()?;
-    for table in
-        [tables.events(), tables.dlq(), tables.consumed(), tables.jobs(), &names.orders, &names.effects]
-    {
+    for table in [
+        tables.events(),
+        tables.dlq(),
+        tables.consumed(),
+        tables.inbox(),
+        tables.jobs(),
+        &names.orders,
+        &names.effects,
+    ] {
         sqlx::raw_sql(AssertSqlSafe(format!("DROP TABLE IF EXISTS {table}")))
             .execute(executor)
             .await
@@ -538,7 +630,7 @@ impl Store for PgStore {
         drop_tables(dialect.pool(), names).await
     }
 
-    sql_store_operations!(PgDialect, numbered: true);
+    sql_store_operations!(PgDialect, numbered: true, stored_id: Uuid);
 }
 
 /// MySQL 8 or MariaDB 10.6+ at `ONCEBOX_MYSQL_URL`, tables under a fresh prefix in that database.
@@ -563,7 +655,7 @@ impl Store for MySqlStore {
         drop_tables(dialect.pool(), names).await
     }
 
-    sql_store_operations!(MySqlDialect, numbered: false);
+    sql_store_operations!(MySqlDialect, numbered: false, stored_id: Uuid);
 }
 
 /// SQLite in a fresh file of the temp directory, deleted at the end.
@@ -601,7 +693,7 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    sql_store_operations!(SqliteDialect, numbered: true);
+    sql_store_operations!(SqliteDialect, numbered: true, stored_id: String);
 }
 
 /// The value of `variable`, when it is set and not empty.

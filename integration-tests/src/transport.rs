@@ -111,6 +111,19 @@ fn once_each<C: ListenerConfig, W: Clone + Send + Sync + 'static>(
     })
 }
 
+/// `builder` with every one of `event_types` stored in the durable inbox `inbox` (`store_in`): each
+/// message is acknowledged once its row committed, and the inbox's processor handles it.
+fn store_each<C: ListenerConfig>(
+    builder: ListenerBuilder<C>,
+    event_types: &[&str],
+    inbox: &oncebox::stored::StoredInbox,
+) -> ListenerBuilder<C>
+where
+    C::Source: std::fmt::Display,
+{
+    builder.store_in(event_types.iter().copied(), inbox)
+}
+
 /// A listener running on its own task.
 pub struct Listening {
     stop: oneshot::Sender<()>,
@@ -210,6 +223,19 @@ pub trait Transport: Sized + Send + Sync + 'static {
         event_types: &[&str],
         inbox: oncebox::Inbox<W>,
         effect: EventNote,
+        duplicate: EventNote,
+    ) -> impl Future<Output = Result<Listening>> + Send;
+
+    /// Starts the transport's listener on `names.consumer` with each of `event_types` stored in the
+    /// durable inbox `inbox` (`store_in`: the message is acknowledged once its row committed, a
+    /// redelivered id makes no second row and is acknowledged as a duplicate), handing every
+    /// delivery the listener reports as a duplicate to `duplicate`; returns once deliveries
+    /// published from now on reach it. The inbox's processor, not the listener, runs the handlers.
+    fn listen_store(
+        &self,
+        names: &Names,
+        event_types: &[&str],
+        inbox: &oncebox::stored::StoredInbox,
         duplicate: EventNote,
     ) -> impl Future<Output = Result<Listening>> + Send;
 
@@ -365,6 +391,19 @@ impl Transport for KafkaTransport {
         let listener =
             once_each(KafkaListener::builder(self.listener_config(names)), event_types, &inbox, &effect)
                 .build()?;
+        note_duplicates(listener.outcomes(), duplicate);
+        Ok(Listening::spawn(|shutdown| async move { listener.run(shutdown).await }))
+    }
+
+    async fn listen_store(
+        &self,
+        names: &Names,
+        event_types: &[&str],
+        inbox: &oncebox::stored::StoredInbox,
+        duplicate: EventNote,
+    ) -> Result<Listening> {
+        let listener =
+            store_each(KafkaListener::builder(self.listener_config(names)), event_types, inbox).build()?;
         note_duplicates(listener.outcomes(), duplicate);
         Ok(Listening::spawn(|shutdown| async move { listener.run(shutdown).await }))
     }
@@ -548,6 +587,21 @@ impl Transport for RabbitTransport {
     ) -> Result<Listening> {
         let builder = RabbitListener::builder(Self::listener_config(&self.url, names));
         let listener = once_each(builder, event_types, &inbox, &effect).build()?;
+        note_duplicates(listener.outcomes(), duplicate);
+        let listening = Listening::spawn(|shutdown| async move { listener.run(shutdown).await });
+        self.await_queue(&names.consumer).await?;
+        Ok(listening)
+    }
+
+    async fn listen_store(
+        &self,
+        names: &Names,
+        event_types: &[&str],
+        inbox: &oncebox::stored::StoredInbox,
+        duplicate: EventNote,
+    ) -> Result<Listening> {
+        let builder = RabbitListener::builder(Self::listener_config(&self.url, names));
+        let listener = store_each(builder, event_types, inbox).build()?;
         note_duplicates(listener.outcomes(), duplicate);
         let listening = Listening::spawn(|shutdown| async move { listener.run(shutdown).await });
         self.await_queue(&names.consumer).await?;

@@ -13,7 +13,11 @@
 //!     redeliver; passes only when the ledger reports double effects;
 //!   * `chaos::dropping_relay_is_caught` — a shorter run whose relays mark one event in eight
 //!     PROCESSED without sending it (`ONCEBOX_CHAOS_DROP_SENDS=1`); passes only when the ledger
-//!     fails with exactly those events lost.
+//!     fails with exactly those events lost;
+//!   * `chaos::a_broken_durable_ledger_fails_the_run` — no servers: reports made by hand whose
+//!     durable inbox (`store_in`) ledger has a double effect, a lost event or a leftover row, the
+//!     other flavours' balanced; passes only when [`judge`] fails each (and passes the balanced
+//!     one).
 //!
 //!   `ONCEBOX_CHAOS_SEED=<seed>` replays a fault schedule.
 //! * with a profile, as a command (what `.ci/run` does with `quick`):
@@ -27,16 +31,20 @@
 //!   unsettled (with `--broken`: when any pair shows no double effect; with `--drop-sends`: when
 //!   any pair loses nothing).
 
+use std::collections::{HashMap, HashSet};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use oncebox_integration_tests::chaos::{Broker, Database, dropped_by_a_broken_relay};
+use oncebox_integration_tests::chaos::{Broker, Database, Flavour, dropped_by_a_broken_relay};
 use oncebox_integration_tests::harness::{
-    self, Binaries, Options, Pair, Profile, Report, SMOKE, Sabotage, required_variables, seed_from_env,
+    self, Binaries, Faults, Options, Pair, Profile, Relaying, Report, SMOKE, Sabotage, Timings,
+    required_variables, seed_from_env,
 };
+use oncebox_integration_tests::{Ledger, StoredRows};
 use oncebox_testkit::case;
 use oncebox_testkit::runner::{Case, Suite, TestResult, fail, server_missing};
+use uuid::Uuid;
 
 /// The broken-consumer case: the faults alone must redeliver (no copies are re-published). The
 /// rate keeps the two consumers, which acknowledge 50 ms after their effect, about busy, so each
@@ -51,6 +59,7 @@ const BROKEN: Profile = Profile {
     copies: 0,
     handler_failures: None,
     once_consumers: false,
+    durable_consumers: false,
     consumer_stops: 0,
     path_blackholes: 0,
     rebalance_storms: 0,
@@ -68,6 +77,7 @@ const DROPPING: Profile = Profile {
     copies: 0,
     handler_failures: None,
     once_consumers: false,
+    durable_consumers: false,
     consumer_stops: 0,
     path_blackholes: 0,
     rebalance_storms: 0,
@@ -163,6 +173,73 @@ fn judge(sabotage: Sabotage, report: &Report) -> Result<(), String> {
         }
         Sabotage::ConsumerWithoutInbox | Sabotage::RelayDropsSends => Ok(()),
     }
+}
+
+/// `judge` fails a run on a broken `store_in` ledger alone: a double effect (no kill allows one,
+/// the effect commits with the settle), an event never stored (lost, although the broker was
+/// released), or a stored message left RECEIVED; a balanced one passes. The reports are made by
+/// hand, so the check needs no server and runs in every `cargo test`.
+async fn a_broken_durable_ledger_fails_the_run(_: Arc<()>) -> TestResult {
+    let (first, second) = (Uuid::now_v7(), Uuid::now_v7());
+    let committed = [first, second];
+    let processed = [("PROCESSED".to_owned(), 2)];
+    let once_each = [(first.to_string(), 1), (second.to_string(), 1)];
+    let delivered = HashMap::from([(first, 1), (second, 1)]);
+    let balanced = Ledger::new(committed, [], &delivered, &once_each, &processed);
+    let durable = |deliveries: &HashMap<Uuid, u64>, effects: &[(String, i64)], rows: &[(Uuid, &str)]| {
+        let rows: Vec<(Uuid, String)> = rows.iter().map(|(id, status)| (*id, (*status).to_owned())).collect();
+        Ledger::new(committed, [], deliveries, effects, &processed)
+            .with_handler_failures(0, &[], &HashSet::new(), effects)
+            .with_stored_inbox(StoredRows::new(&committed, &[], &[], &rows))
+    };
+    let report = |durable: Ledger| Report {
+        pair: POSTGRES_RABBIT,
+        profile: "hand-made",
+        relaying: Relaying::SEQUENTIAL,
+        seed: 0,
+        ledgers: vec![
+            (Flavour::Transactional, balanced.clone()),
+            (Flavour::Once, balanced.clone()),
+            (Flavour::Durable, durable),
+        ],
+        relays: Vec::new(),
+        relay_slots: 2,
+        faults: Faults::default(),
+        in_doubt: (0, 0),
+        failed_transactions: 0,
+        copies: 0,
+        committed_by_type: Vec::new(),
+        dropped_by_relays: 0,
+        notes: Vec::new(),
+        timings: Timings::default(),
+        elapsed: Duration::ZERO,
+    };
+    let both_processed = [(first, "PROCESSED"), (second, "PROCESSED")];
+    judge(Sabotage::None, &report(durable(&delivered, &once_each, &both_processed)))
+        .map_err(|why| fail(format!("a balanced store_in ledger was judged failed: {why}")))?;
+    let doubled = [(first.to_string(), 1), (second.to_string(), 2)];
+    let lost_delivery = HashMap::from([(first, 1)]);
+    let cases = [
+        ("a double effect", durable(&delivered, &doubled, &both_processed), "store_in: double effects"),
+        (
+            "an event never stored",
+            durable(&lost_delivery, &once_each[..1], &[(first, "PROCESSED")]),
+            "committed but never stored",
+        ),
+        (
+            "a message left RECEIVED",
+            durable(&delivered, &once_each[..1], &[(first, "PROCESSED"), (second, "RECEIVED")]),
+            "stored messages left RECEIVED or PROCESSING",
+        ),
+    ];
+    for (what, ledger, expected) in cases {
+        match judge(Sabotage::None, &report(ledger)) {
+            Ok(()) => return Err(fail(format!("a store_in ledger with {what} was judged balanced"))),
+            Err(why) if why.contains(expected) => {}
+            Err(why) => return Err(fail(format!("{what}: {expected:?} missing from the verdict {why:?}"))),
+        }
+    }
+    Ok(())
 }
 
 /// The command form: `--profile <name> [--pairs a,b] [--seed N] [--broken | --drop-sends]`.
@@ -265,6 +342,7 @@ fn cases() -> Vec<Case<()>> {
         case!("smoke", smoke),
         case!("broken_consumer_is_caught", broken_consumer_is_caught),
         case!("dropping_relay_is_caught", dropping_relay_is_caught),
+        case!("a_broken_durable_ledger_fails_the_run", a_broken_durable_ledger_fails_the_run),
     ]
 }
 

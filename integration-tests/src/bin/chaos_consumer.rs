@@ -1,6 +1,7 @@
 //! A consumer process of the chaos ledger: the listener of the broker its file names, applying
 //! each event's effect through the inbox into the effects table and recording every delivery
-//! first. Started from `--config <file.yaml>` and the server variables; runs until SIGTERM,
+//! first, as the file's flavour says (`record_in`, `on_once`, or a durable inbox that the listener
+//! stores into and whose processor applies the effect). Started from `--config <file.yaml>` and the server variables; runs until SIGTERM,
 //! Ctrl-C, SIGKILL or (with `exit-on-stdin-eof`) the end of its standard input. With
 //! `ONCEBOX_CHAOS_BROKEN=1` it applies effects without the inbox, so the ledger must report double
 //! effects.
