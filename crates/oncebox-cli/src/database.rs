@@ -33,6 +33,8 @@ pub enum Part {
     /// The inbox table's claim columns (`status`, `claim_token`, `locked_at`; added to tables
     /// made before they existed).
     Claims,
+    /// The durable inbox table.
+    Inbox,
     /// The job lock table.
     Jobs,
 }
@@ -46,6 +48,7 @@ impl Part {
             (plan.dlq, Part::Dlq),
             (plan.inbox, Part::Consumed),
             (plan.inbox, Part::Claims),
+            (plan.inbox, Part::Inbox),
             (plan.jobs, Part::Jobs),
         ]
         .into_iter()
@@ -61,6 +64,7 @@ impl Part {
             Part::Dlq => format!("table {}", tables.dlq()),
             Part::Consumed => format!("table {}", tables.consumed()),
             Part::Claims => format!("columns {}.status, claim_token, locked_at", tables.consumed()),
+            Part::Inbox => format!("table {}", tables.inbox()),
             Part::Jobs => format!("table {}", tables.jobs()),
         }
     }
@@ -73,6 +77,7 @@ impl Part {
             Part::Dlq => ("id", tables.dlq()),
             Part::Consumed => ("id", tables.consumed()),
             Part::Claims => ("status, claim_token, locked_at", tables.consumed()),
+            Part::Inbox => ("id", tables.inbox()),
             Part::Jobs => ("name", tables.jobs()),
         };
         format!("SELECT {column} FROM {table} WHERE 1 = 0")

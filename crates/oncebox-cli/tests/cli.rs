@@ -171,7 +171,13 @@ impl Scope {
     }
 
     async fn dispose(&self) -> TestResult {
-        for table in [self.tables.events(), self.tables.dlq(), self.tables.consumed(), self.tables.jobs()] {
+        for table in [
+            self.tables.events(),
+            self.tables.dlq(),
+            self.tables.consumed(),
+            self.tables.inbox(),
+            self.tables.jobs(),
+        ] {
             self.execute(&format!("DROP TABLE IF EXISTS {table}")).await?;
         }
         Ok(())
@@ -207,13 +213,19 @@ fn lines_with(text: &str, needle: &str) -> usize {
 
 async fn migrate_creates_the_tables_once_and_says_so_in(scope: &Scope) -> TestResult {
     let first = scope.run(&["migrate"]).await?.ok()?;
-    for table in [scope.tables.events(), scope.tables.dlq(), scope.tables.consumed(), scope.tables.jobs()] {
+    for table in [
+        scope.tables.events(),
+        scope.tables.dlq(),
+        scope.tables.consumed(),
+        scope.tables.inbox(),
+        scope.tables.jobs(),
+    ] {
         let line = format!("table {table}: created");
         assert_eq!(lines_with(&first, &line), 1, "{line} in:\n{first}");
     }
     assert!(!first.contains("already there"), "{first}");
     let second = scope.run(&["migrate"]).await?.ok()?;
-    assert_eq!(lines_with(&second, ": already there"), 6, "{second}");
+    assert_eq!(lines_with(&second, ": already there"), 7, "{second}");
     assert!(!second.contains("created"), "{second}");
     let status = scope.run(&["status"]).await?.ok()?;
     assert!(status.contains(&format!("outbox ({}): empty", scope.tables.events())), "{status}");
@@ -253,8 +265,11 @@ async fn migrate_with_a_config_creates_only_what_its_sections_use_in(scope: &Sco
     let run = oncebox(&["migrate", "--database-url", &scope.url, "--config", &path]).await;
     let _ = std::fs::remove_file(&file);
     let out = run?.ok()?;
-    assert_eq!(out.lines().filter(|line| line.contains(": created")).count(), 1, "{out}");
-    assert!(out.contains(&format!("table {}: created", scope.tables.consumed())), "{out}");
+    // An inbox section: the inbox tables and the job table its durable inbox's clean-up locks.
+    assert_eq!(out.lines().filter(|line| line.contains(": created")).count(), 3, "{out}");
+    for table in [scope.tables.consumed(), scope.tables.inbox(), scope.tables.jobs()] {
+        assert!(out.contains(&format!("table {table}: created")), "{out}");
+    }
     let status = scope.run(&["status"]).await?.ok()?;
     assert!(status.contains(&format!("no table {}", scope.tables.events())), "{status}");
     Ok(())

@@ -151,15 +151,17 @@ pub trait StoredInboxDao: Send + Sync {
         settlement: &InboxSettlement,
     ) -> Result<bool>;
 
-    /// Returns every message PROCESSING since more than `lease` ago to RECEIVED, due now, under no
-    /// token: its holder crashed or stalled. The lost run counts one attempt with
+    /// Returns every message of `consumer` PROCESSING since more than `lease` ago to RECEIVED, due
+    /// now, under no token: its holder crashed or stalled. Only that consumer's rows: another
+    /// consumer's processors run with their own lease and attempts. The lost run counts one attempt with
     /// [`LEASE_RAN_OUT`](crate::stored::LEASE_RAN_OUT) as its error, and the message whose attempts
     /// reach `max_attempts` that way becomes FAILED instead, so a message that kills every
     /// consumer running it is not run forever. Returns how many rows changed.
-    async fn recover_stuck(&self, lease: Duration, max_attempts: u32) -> Result<u64>;
+    async fn recover_stuck(&self, consumer: &str, lease: Duration, max_attempts: u32) -> Result<u64>;
 
-    /// Deletes up to `limit` PROCESSED messages processed more than `older_than` ago.
-    async fn delete_processed(&self, older_than: Duration, limit: u32) -> Result<u64>;
+    /// Deletes up to `limit` PROCESSED messages of `consumer` processed more than `older_than` ago
+    /// (each consumer keeps its own deduplication window).
+    async fn delete_processed(&self, consumer: &str, older_than: Duration, limit: u32) -> Result<u64>;
 
     /// Reads one message.
     async fn get(&self, consumer: &str, id: Uuid) -> Result<Option<InboxMessage>>;

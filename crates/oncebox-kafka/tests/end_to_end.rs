@@ -107,10 +107,11 @@ impl Database {
     async fn drop_tables(&self) -> TestResult {
         let tables = self.dialect.tables();
         let sql = format!(
-            "DROP TABLE IF EXISTS {}, {}, {}, {}, {}",
+            "DROP TABLE IF EXISTS {}, {}, {}, {}, {}, {}",
             tables.events(),
             tables.dlq(),
             tables.consumed(),
+            tables.inbox(),
             tables.jobs(),
             self.payments
         );

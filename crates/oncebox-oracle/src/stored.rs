@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use crate::error::{OraResultExt, database_error, is_unique_violation};
 use crate::row::{Decoded, headers_to_text, id_bytes};
-use crate::session::{Bind, execute, execute_over_ids, lock_ids, micros, query, store_daos};
+use crate::session::{Bind, execute, execute_over_ids, lock_ids, micros, query, rows, store_daos};
 use crate::statements::Statements;
 
 store_daos! {
@@ -199,11 +199,13 @@ impl StoredInboxDao for OraStoredInboxDao {
             .await
     }
 
-    async fn recover_stuck(&self, lease: Duration, max_attempts: u32) -> Result<u64> {
+    async fn recover_stuck(&self, consumer: &str, lease: Duration, max_attempts: u32) -> Result<u64> {
+        let consumer = consumer.to_owned();
         self.0
             .call("recovering stuck inbox messages", move |connection, statements, context| {
                 let (lease, max_attempts) = (micros(lease), i64::from(max_attempts));
-                let binds: [Bind<'_>; 3] = [
+                let binds: [Bind<'_>; 4] = [
+                    ("consumer", &consumer),
                     ("max_attempts", &max_attempts),
                     ("last_error", &LEASE_RAN_OUT),
                     ("lease_micros", &lease),
@@ -213,9 +215,18 @@ impl StoredInboxDao for OraStoredInboxDao {
             .await
     }
 
-    async fn delete_processed(&self, older_than: Duration, max_rows: u32) -> Result<u64> {
+    async fn delete_processed(&self, consumer: &str, older_than: Duration, max_rows: u32) -> Result<u64> {
+        if max_rows == 0 {
+            return Ok(0);
+        }
+        let consumer = consumer.to_owned();
         self.0
-            .delete_aged(|s| &s.stored_delete, older_than, max_rows, "deleting processed inbox messages")
+            .call("deleting processed inbox messages", move |connection, statements, context| {
+                let (older, limit) = (micros(older_than), rows(max_rows));
+                let binds: [Bind<'_>; 3] =
+                    [("consumer", &consumer), ("older_than_micros", &older), ("max_rows", &limit)];
+                execute(connection, &statements.stored_delete, &binds, context)
+            })
             .await
     }
 

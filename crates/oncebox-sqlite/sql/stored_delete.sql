@@ -1,9 +1,9 @@
--- Deletes up to ?2 PROCESSED messages processed before the cut-off (now shifted by modifier ?1),
--- oldest first.
+-- Deletes up to ?3 PROCESSED messages of consumer ?1 processed before the cut-off (now shifted by
+-- modifier ?2), oldest first.
 DELETE FROM {inbox}
-WHERE (consumer, id) IN (
-    SELECT consumer, id FROM {inbox}
-    WHERE status = 'PROCESSED' AND processed_at <= strftime({ts}, 'now', ?1)
+WHERE consumer = ?1 AND id IN (
+    SELECT id FROM {inbox}
+    WHERE consumer = ?1 AND status = 'PROCESSED' AND processed_at <= strftime({ts}, 'now', ?2)
     ORDER BY processed_at
-    LIMIT ?2
+    LIMIT ?3
 )

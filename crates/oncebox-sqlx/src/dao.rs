@@ -1020,16 +1020,21 @@ impl<Q: Queries> StoredInboxDao for SqlxStoredInboxDao<Q> {
         Ok(settled == 1)
     }
 
-    async fn recover_stuck(&self, lease: Duration, max_attempts: u32) -> Result<u64> {
-        let params = [Param::Before(lease), Param::Int(i64::from(max_attempts)), Param::Text(LEASE_RAN_OUT)];
+    async fn recover_stuck(&self, consumer: &str, lease: Duration, max_attempts: u32) -> Result<u64> {
+        let params = [
+            Param::Text(consumer),
+            Param::Before(lease),
+            Param::Int(i64::from(max_attempts)),
+            Param::Text(LEASE_RAN_OUT),
+        ];
         self.0.execute(&self.0.statements().stored_recover, &params, "recovering stuck inbox messages").await
     }
 
-    async fn delete_processed(&self, older_than: Duration, max_rows: u32) -> Result<u64> {
+    async fn delete_processed(&self, consumer: &str, older_than: Duration, max_rows: u32) -> Result<u64> {
         if max_rows == 0 {
             return Ok(0);
         }
-        let params = [Param::Before(older_than), limit(max_rows)];
+        let params = [Param::Text(consumer), Param::Before(older_than), limit(max_rows)];
         self.0.execute(&self.0.statements().stored_delete, &params, "deleting processed inbox messages").await
     }
 

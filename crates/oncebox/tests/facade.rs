@@ -577,3 +577,57 @@ async fn a_durable_inbox_from_the_config_applies_a_stored_message_and_cleans_it_
     service.shutdown(Duration::from_secs(5)).await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_inbox_processor_runs_at_most_its_concurrency_over_all_its_event_types() -> TestResult {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let dialect = SqliteDialect::connect(&database_url("durable-budget")?).await?;
+    let config = Config::from_yaml_str(
+        "oncebox:\n  inbox:\n    durable:\n      poll-interval: 20ms\n      concurrency: 2\n",
+    )?;
+    let service = Oncebox::builder(config).dialect(dialect).start().await?;
+    let inbox = service.stored_inbox("billing")?;
+    let types = ["order-created", "order-paid", "order-shipped"];
+    for event_type in types {
+        for _ in 0..4 {
+            let received = oncebox::consume::Received {
+                id: uuid::Uuid::now_v7(),
+                event_type: event_type.to_owned(),
+                payload_type: None,
+                created_at: None,
+                headers: Default::default(),
+                source: "queue 'billing'",
+                payload: b"{}".to_vec(),
+            };
+            assert!(matches!(inbox.keeper()(received).await, Ok(Consumed::Applied(()))));
+        }
+    }
+    let (running, most, done) =
+        (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let mut processor = inbox.processor();
+    for event_type in types {
+        let (running, most, done) = (running.clone(), most.clone(), done.clone());
+        processor = processor.on(event_type, move |_: oncebox::stored::StoredEvent<serde_json::Value>| {
+            let (running, most, done) = (running.clone(), most.clone(), done.clone());
+            async move {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                running.fetch_sub(1, Ordering::SeqCst);
+                done.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+        });
+    }
+    let processing = processor.start()?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while done.load(Ordering::SeqCst) < 12 {
+        assert!(Instant::now() < deadline, "not every message ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    processing.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(most.load(Ordering::SeqCst), 2, "two at once over three types, not two per type");
+    service.shutdown(Duration::from_secs(5)).await?;
+    Ok(())
+}

@@ -12,7 +12,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use serde::de::DeserializeOwned;
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, Semaphore, watch};
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
@@ -35,7 +35,10 @@ pub const CORRELATION_ID_HEADER: &str = "correlation_id";
 pub struct StoredInboxSettings {
     /// Messages one claim takes per event type.
     pub batch_size: u32,
-    /// Handlers running at once per event type.
+    /// Handlers running at once in one processor, over all its event types. Each run holds a
+    /// connection of the dialect's pool for its transaction (and more if the handler takes its
+    /// own), so keep it well below the pool's size (10 by default): claims, settles and the
+    /// listener's stores need connections too, and runs waiting on an empty pool stall the inbox.
     pub concurrency: usize,
     /// The wait between claims that found nothing; a message stored by this process's listener
     /// wakes the pollers at once.
@@ -60,7 +63,7 @@ impl Default for StoredInboxSettings {
     fn default() -> Self {
         Self {
             batch_size: 32,
-            concurrency: 8,
+            concurrency: 4,
             poll_interval: Duration::from_millis(500),
             lease: Duration::from_secs(300),
             max_attempts: 10,
@@ -405,8 +408,11 @@ impl StoredProcessor {
         if let Some(metrics) = self.inbox.metrics.clone() {
             tasks.spawn(count_rows(self.inbox.clone(), metrics, self.event_types(), stopping.clone()));
         }
+        // One budget of runs for every type, so the processor never holds more connections than
+        // `concurrency` however many types it handles.
+        let runs = Arc::new(Semaphore::new(self.inbox.settings.concurrency.max(1)));
         for (event_type, handler) in self.handlers {
-            let poller = Poller { inbox: self.inbox.clone(), event_type, handler };
+            let poller = Poller { inbox: self.inbox.clone(), event_type, handler, runs: Arc::clone(&runs) };
             tasks.spawn(poller.run(stopping.clone()));
         }
         tasks.spawn(recover(self.inbox.clone(), stopping.clone()));
@@ -463,6 +469,8 @@ struct Poller {
     inbox: StoredInbox,
     event_type: String,
     handler: StoredHandler,
+    /// The processor's run budget, shared by the pollers of all its types.
+    runs: Arc<Semaphore>,
 }
 
 impl Poller {
@@ -484,7 +492,14 @@ impl Poller {
             let full = batch.messages.len() >= settings.batch_size as usize;
             let token = batch.claim_token;
             futures::stream::iter(batch.messages)
-                .for_each_concurrent(settings.concurrency, |message| self.run_one(message, token))
+                .for_each_concurrent(settings.concurrency, |message| {
+                    let poller = &self;
+                    async move {
+                        // Never closed; a failed acquire would only mean running without the budget.
+                        let _permit = poller.runs.acquire().await.ok();
+                        poller.run_one(message, token).await;
+                    }
+                })
                 .await;
             if !full && !pause(settings.poll_interval, &mut stopping, Some(&self.inbox.stored)).await {
                 break;
@@ -583,7 +598,11 @@ impl Poller {
 async fn recover(inbox: StoredInbox, mut stopping: watch::Receiver<bool>) {
     let every = (inbox.settings.lease / 4).max(Duration::from_millis(100));
     while pause(every, &mut stopping, None).await {
-        match inbox.dao.recover_stuck(inbox.settings.lease, inbox.settings.max_attempts).await {
+        match inbox
+            .dao
+            .recover_stuck(&inbox.consumer, inbox.settings.lease, inbox.settings.max_attempts)
+            .await
+        {
             Ok(0) => {}
             Ok(recovered) => {
                 tracing::warn!(
@@ -667,7 +686,7 @@ async fn clean_up(inbox: StoredInbox, mut stopping: watch::Receiver<bool>) {
 /// Deletes PROCESSED rows older than the deduplication window, `rows` at a time until fewer remain.
 async fn delete_processed(inbox: &StoredInbox, rows: u32) {
     loop {
-        match inbox.dao.delete_processed(inbox.settings.keep_processed, rows).await {
+        match inbox.dao.delete_processed(&inbox.consumer, inbox.settings.keep_processed, rows).await {
             Ok(deleted) if deleted >= u64::from(rows) => {}
             Ok(deleted) => {
                 if deleted > 0 {
@@ -703,10 +722,10 @@ mod tests {
         async fn settle(&self, _: &str, _: Uuid, _: Uuid, _: &InboxSettlement) -> Result<bool> {
             Err(Error::new(ErrorKind::Other, "settle was called"))
         }
-        async fn recover_stuck(&self, _: Duration, _: u32) -> Result<u64> {
+        async fn recover_stuck(&self, _: &str, _: Duration, _: u32) -> Result<u64> {
             Err(Error::new(ErrorKind::Other, "recover_stuck was called"))
         }
-        async fn delete_processed(&self, _: Duration, _: u32) -> Result<u64> {
+        async fn delete_processed(&self, _: &str, _: Duration, _: u32) -> Result<u64> {
             Err(Error::new(ErrorKind::Other, "delete_processed was called"))
         }
         async fn get(&self, _: &str, _: Uuid) -> Result<Option<InboxMessage>> {

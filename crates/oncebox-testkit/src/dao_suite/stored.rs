@@ -168,9 +168,9 @@ dao_cases! {
         let inbox = dialect.stored_inbox_dao();
         let sent = stored_messages(&*inbox, 2).await?;
         let stale = inbox.claim(BILLING, ORDERS, 2).await.map_err(fail)?;
-        assert_eq!(inbox.recover_stuck(HOUR, 5).await.map_err(fail)?, 0, "within the lease");
+        assert_eq!(inbox.recover_stuck(BILLING, HOUR, 5).await.map_err(fail)?, 0, "within the lease");
         harness.backdate(dialect, AgedTable::Inbox, &[sent[0].id], TWO_HOURS).await.map_err(fail)?;
-        assert_eq!(inbox.recover_stuck(HOUR, 5).await.map_err(fail)?, 1, "only the old claim");
+        assert_eq!(inbox.recover_stuck(BILLING, HOUR, 5).await.map_err(fail)?, 1, "only the old claim");
         let back = read(&*inbox, BILLING, sent[0].id).await?;
         assert_eq!((back.status, back.attempts, back.claim_token), (InboxStatus::Received, 1, None));
         assert_eq!(back.last_error.as_deref(), Some(LEASE_RAN_OUT));
@@ -184,14 +184,38 @@ dao_cases! {
 
         // A message whose runs never end: its lease runs out until its attempts do.
         harness.backdate(dialect, AgedTable::Inbox, &[sent[1].id], TWO_HOURS).await.map_err(fail)?;
-        assert_eq!(inbox.recover_stuck(HOUR, 2).await.map_err(fail)?, 1);
+        assert_eq!(inbox.recover_stuck(BILLING, HOUR, 2).await.map_err(fail)?, 1);
         let again = inbox.claim(BILLING, ORDERS, 10).await.map_err(fail)?;
         assert_eq!(ids(&again.messages), vec![sent[1].id]);
         harness.backdate(dialect, AgedTable::Inbox, &[sent[1].id], TWO_HOURS).await.map_err(fail)?;
-        assert_eq!(inbox.recover_stuck(HOUR, 2).await.map_err(fail)?, 1);
+        assert_eq!(inbox.recover_stuck(BILLING, HOUR, 2).await.map_err(fail)?, 1);
         let failed = read(&*inbox, BILLING, sent[1].id).await?;
         assert_eq!((failed.status, failed.attempts, failed.available_at), (InboxStatus::Failed, 2, None));
         assert_eq!(read(&*inbox, BILLING, sent[0].id).await?.status, InboxStatus::Processed, "settled rows stay");
+        Ok(())
+    }
+
+    async fn stored_recovery_and_clean_up_touch_only_their_own_consumer(harness, dialect) {
+        let inbox = dialect.stored_inbox_dao();
+        // For each consumer: one message claimed long ago, one processed long ago.
+        let mut ids = Vec::new();
+        for consumer in [BILLING, "shipping"] {
+            let (claimed, processed) = (message(consumer, ORDERS), message(consumer, ORDERS));
+            inbox.store(&claimed).await.map_err(fail)?;
+            inbox.store(&processed).await.map_err(fail)?;
+            let batch = inbox.claim(consumer, ORDERS, 2).await.map_err(fail)?;
+            let settled = inbox.settle(consumer, processed.id, batch.claim_token, &InboxSettlement::Processed);
+            assert!(settled.await.map_err(fail)?);
+            ids.extend([claimed.id, processed.id]);
+        }
+        harness.backdate(dialect, AgedTable::Inbox, &ids, TWO_HOURS).await.map_err(fail)?;
+        assert_eq!(inbox.recover_stuck(BILLING, HOUR, 1).await.map_err(fail)?, 1, "billing's claim only");
+        assert_eq!(inbox.delete_processed(BILLING, HOUR, 100).await.map_err(fail)?, 1, "billing's row only");
+        assert_eq!(read(&*inbox, BILLING, ids[0]).await?.status, InboxStatus::Failed, "its last attempt");
+        assert!(inbox.get(BILLING, ids[1]).await.map_err(fail)?.is_none());
+        let shipping = read(&*inbox, "shipping", ids[2]).await?;
+        assert_eq!((shipping.status, shipping.attempts), (InboxStatus::Processing, 0), "another consumer's claim stays");
+        assert_eq!(read(&*inbox, "shipping", ids[3]).await?.status, InboxStatus::Processed, "and its processed row");
         Ok(())
     }
 
@@ -227,11 +251,11 @@ dao_cases! {
             "one RECEIVED, PROCESSING, PROCESSED and FAILED: {counts:?}"
         );
         assert!(counts.iter().all(|count| count.consumer == BILLING && count.event_type == ORDERS));
-        assert_eq!(inbox.delete_processed(HOUR, 100).await.map_err(fail)?, 0, "too young");
+        assert_eq!(inbox.delete_processed(BILLING, HOUR, 100).await.map_err(fail)?, 0, "too young");
         let all: Vec<Uuid> = sent.iter().map(|message| message.id).collect();
         harness.backdate(dialect, AgedTable::Inbox, &all, TWO_HOURS).await.map_err(fail)?;
-        assert_eq!(inbox.delete_processed(HOUR, 0).await.map_err(fail)?, 0);
-        assert_eq!(inbox.delete_processed(HOUR, 100).await.map_err(fail)?, 1);
+        assert_eq!(inbox.delete_processed(BILLING, HOUR, 0).await.map_err(fail)?, 0);
+        assert_eq!(inbox.delete_processed(BILLING, HOUR, 100).await.map_err(fail)?, 1);
         assert!(inbox.get(BILLING, sent[0].id).await.map_err(fail)?.is_none(), "the processed one is gone");
         for kept in &sent[1..] {
             assert!(inbox.get(BILLING, kept.id).await.map_err(fail)?.is_some(), "unprocessed rows stay");
