@@ -138,6 +138,13 @@ pub struct InboxBatch {
     pub messages: Vec<InboxMessage>,
 }
 
+impl InboxBatch {
+    /// Orders the messages oldest `available_at` first, the order a claim takes them in.
+    pub fn sort_oldest_first(&mut self) {
+        self.messages.sort_by_key(|stored| (stored.available_at, stored.message.id));
+    }
+}
+
 /// How one run of a claimed message ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum InboxSettlement {

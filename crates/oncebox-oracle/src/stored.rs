@@ -16,7 +16,9 @@ use uuid::Uuid;
 
 use crate::error::{OraResultExt, database_error, is_unique_violation};
 use crate::row::{Decoded, headers_to_text, id_bytes};
-use crate::session::{Bind, execute, execute_over_ids, lock_ids, micros, query, rows, store_daos};
+use crate::session::{
+    Bind, execute, execute_over_ids, lock_ids, micros, query, query_over_ids, rows, store_daos,
+};
 use crate::statements::Statements;
 
 store_daos! {
@@ -140,14 +142,15 @@ impl StoredInboxDao for OraStoredInboxDao {
                 let binds: [Bind<'_>; 2] = [("consumer", &owner), ("event_type", &kind)];
                 let ids = lock_ids(connection, &statements.stored_due, &binds, max_rows, context)?;
                 if ids.is_empty() {
-                    return Ok(0);
+                    return Ok(ids);
                 }
                 let token = id_bytes(claim_token);
                 let first: [Bind<'_>; 2] = [("claim_token", &token), ("consumer", &owner)];
-                execute_over_ids(connection, &statements.stored_mark, &first, &ids, context)
+                execute_over_ids(connection, &statements.stored_mark, &first, &ids, context)?;
+                Ok(ids)
             })
             .await?;
-        if taken == 0 {
+        if taken.is_empty() {
             return Ok(batch);
         }
         // Read after the commit, as the other dialects do: the rows are the claim's whatever
@@ -159,7 +162,7 @@ impl StoredInboxDao for OraStoredInboxDao {
             .call(context, move |connection, statements, context| {
                 let token = id_bytes(claim_token);
                 let binds: [Bind<'_>; 2] = [("consumer", &owner), ("claim_token", &token)];
-                let rows = query(connection, &statements.stored_claimed, &binds, context)?;
+                let rows = query_over_ids(connection, &statements.stored_claimed, &binds, &taken, context)?;
                 let decoded =
                     Decoded::of(&rows, statements.tables.inbox(), |columns, id| columns.inbox_message(id))?;
                 // The batch is all or nothing, as on the other dialects.
@@ -169,6 +172,8 @@ impl StoredInboxDao for OraStoredInboxDao {
                 }
             })
             .await?;
+        // Read in chunks of ids: put back in claim order.
+        batch.sort_oldest_first();
         Ok(batch)
     }
 

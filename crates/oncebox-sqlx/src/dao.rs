@@ -971,6 +971,8 @@ impl<Q: Queries> StoredInboxDao for SqlxStoredInboxDao<Q> {
         if max_rows == 0 {
             return Ok(batch);
         }
+        // The claimed ids are read back in one statement.
+        let max_rows = max_rows.min(u32::try_from(Q::MAX_IDS).unwrap_or(u32::MAX));
         let context = format!("claiming inbox messages of {consumer} ({event_type})");
         let (queries, statements) = (&self.0.queries, self.0.statements());
         let mut tx = queries.begin_write(&self.0.pool, &context).await?;
@@ -985,12 +987,13 @@ impl<Q: Queries> StoredInboxDao for SqlxStoredInboxDao<Q> {
         if ids.is_empty() {
             return Ok(batch);
         }
-        let params = [Param::Text(consumer), Param::Id(claim_token)];
+        let params = [Param::Text(consumer), Param::Id(claim_token), Param::Ids(&ids)];
         let rows = self.0.fetch_all(&statements.stored_claimed, &params, &context).await?;
         batch.messages = rows
             .iter()
             .map(|row| Q::Format::decode_inbox_message(row, statements.tables.inbox()))
             .collect::<Result<Vec<InboxMessage>>>()?;
+        batch.sort_oldest_first();
         Ok(batch)
     }
 
