@@ -2,7 +2,7 @@
 //! ([`StoredInbox::keeper`], registered with [`Handlers::store_in`](crate::consume::Handlers::store_in))
 //! and the processor that runs the handlers on stored rows ([`StoredProcessor`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -11,12 +11,13 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use serde::de::DeserializeOwned;
 use tokio::sync::{Notify, Semaphore, watch};
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
-use super::{InboxMessage, InboxSettlement, InboxStatus, NewInboxMessage};
+use super::{InboxBatch, InboxMessage, InboxSettlement, InboxStatus, NewInboxMessage};
 use crate::config::Backoff;
 use crate::consume::{Handler, HandlerFailure, HandlerFuture, Received, TxFuture, handler_failure};
 use crate::dao::{JobLock, StoredInboxDao, StoredInboxTransactions};
@@ -449,17 +450,10 @@ impl StoredProcessing {
     }
 }
 
-/// Waits `wait`, or less when `stopping` turns true (then `false`) or `woken` fires.
-async fn pause(wait: Duration, stopping: &mut watch::Receiver<bool>, woken: Option<&Notify>) -> bool {
-    let woken = async {
-        match woken {
-            Some(notify) => notify.notified().await,
-            None => std::future::pending().await,
-        }
-    };
+/// Waits `wait`; `false` (at once) when `stopping` turns true.
+async fn pause(wait: Duration, stopping: &mut watch::Receiver<bool>) -> bool {
     tokio::select! {
         () = tokio::time::sleep(wait) => true,
-        () = woken => true,
         _ = stopping.wait_for(|stop| *stop) => false,
     }
 }
@@ -474,37 +468,69 @@ struct Poller {
 }
 
 impl Poller {
+    /// Claims and runs until `stopping`. The next claim is made as soon as the claimed messages
+    /// have all started (not when they have all finished), so the run slots stay busy while
+    /// claims go on; a claim that found less than a batch waits for the poll interval or for a
+    /// message this process stored. At stop, the runs in flight and the claimed messages not yet
+    /// started are finished (they hold claims), and nothing more is claimed.
     async fn run(self, mut stopping: watch::Receiver<bool>) {
         let settings = Arc::clone(&self.inbox.settings);
         let (consumer, event_type) = (&*self.inbox.consumer, self.event_type.as_str());
-        while !*stopping.borrow() {
-            let claimed = self.inbox.dao.claim(consumer, event_type, settings.batch_size).await;
-            let batch = match claimed {
-                Ok(batch) => batch,
-                Err(error) => {
-                    tracing::warn!(consumer, event_type, %error, "claiming stored inbox messages failed; trying again");
-                    if !pause(settings.poll_interval, &mut stopping, None).await {
-                        break;
+        let mut queued: VecDeque<(InboxMessage, Uuid)> = VecDeque::new();
+        let mut running = FuturesUnordered::new();
+        let mut claiming: Option<Pin<Box<dyn Future<Output = Result<InboxBatch>> + Send + '_>>> = None;
+        // Set after a claim that found less than a batch (or failed): no claim before then.
+        let mut idle_until: Option<tokio::time::Instant> = None;
+        // Also set when the processing handle is gone: nobody can ask for a stop any more.
+        let mut stop_requested = false;
+        loop {
+            while running.len() < settings.concurrency {
+                let Some((message, token)) = queued.pop_front() else { break };
+                running.push(self.run_slot(message, token));
+            }
+            let stopped = stop_requested || *stopping.borrow();
+            if stopped && claiming.is_none() && running.is_empty() && queued.is_empty() {
+                return;
+            }
+            if !stopped && queued.is_empty() && claiming.is_none() && idle_until.is_none() {
+                claiming = Some(Box::pin(self.inbox.dao.claim(consumer, event_type, settings.batch_size)));
+            }
+            let resting = idle_until.is_some() && claiming.is_none() && queued.is_empty() && !stopped;
+            let wake_at = idle_until.unwrap_or_else(tokio::time::Instant::now);
+            tokio::select! {
+                Some(()) = running.next(), if !running.is_empty() => {}
+                claimed = async {
+                    match claiming.as_mut() {
+                        Some(claim) => claim.await,
+                        None => std::future::pending().await,
                     }
-                    continue;
+                }, if claiming.is_some() => {
+                    claiming = None;
+                    match claimed {
+                        Ok(batch) => {
+                            let full = batch.messages.len() >= settings.batch_size as usize;
+                            let token = batch.claim_token;
+                            queued.extend(batch.messages.into_iter().map(|message| (message, token)));
+                            idle_until = (!full).then(|| tokio::time::Instant::now() + settings.poll_interval);
+                        }
+                        Err(error) => {
+                            tracing::warn!(consumer, event_type, %error, "claiming stored inbox messages failed; trying again");
+                            idle_until = Some(tokio::time::Instant::now() + settings.poll_interval);
+                        }
+                    }
                 }
-            };
-            let full = batch.messages.len() >= settings.batch_size as usize;
-            let token = batch.claim_token;
-            futures::stream::iter(batch.messages)
-                .for_each_concurrent(settings.concurrency, |message| {
-                    let poller = &self;
-                    async move {
-                        // Never closed; a failed acquire would only mean running without the budget.
-                        let _permit = poller.runs.acquire().await.ok();
-                        poller.run_one(message, token).await;
-                    }
-                })
-                .await;
-            if !full && !pause(settings.poll_interval, &mut stopping, Some(&self.inbox.stored)).await {
-                break;
+                () = tokio::time::sleep_until(wake_at), if resting => idle_until = None,
+                () = self.inbox.stored.notified(), if resting => idle_until = None,
+                changed = stopping.changed(), if !stopped => stop_requested = changed.is_err(),
             }
         }
+    }
+
+    /// One run in the processor's budget.
+    async fn run_slot(&self, message: InboxMessage, token: Uuid) {
+        // Never closed; a failed acquire would only mean running without the budget.
+        let _permit = self.runs.acquire().await.ok();
+        self.run_one(message, token).await;
     }
 
     /// Runs the handler on one claimed message and settles it.
@@ -597,7 +623,7 @@ impl Poller {
 /// Returns rows whose claim's lease ran out, every quarter lease.
 async fn recover(inbox: StoredInbox, mut stopping: watch::Receiver<bool>) {
     let every = (inbox.settings.lease / 4).max(Duration::from_millis(100));
-    while pause(every, &mut stopping, None).await {
+    while pause(every, &mut stopping).await {
         match inbox
             .dao
             .recover_stuck(&inbox.consumer, inbox.settings.lease, inbox.settings.max_attempts)
@@ -648,7 +674,7 @@ async fn count_rows(
                 tracing::warn!(consumer = &*inbox.consumer, %error, "counting stored inbox messages failed; the gauges keep their last values");
             }
         }
-        if !pause(GAUGE_EVERY, &mut stopping, None).await {
+        if !pause(GAUGE_EVERY, &mut stopping).await {
             return;
         }
     }
@@ -662,7 +688,7 @@ async fn clean_up(inbox: StoredInbox, mut stopping: watch::Receiver<bool>) {
     let job = format!("stored-inbox-clean-up:{}", inbox.consumer);
     let owner = Uuid::new_v4();
     let every = inbox.settings.clean_up_every;
-    while pause(every, &mut stopping, None).await {
+    while pause(every, &mut stopping).await {
         let lease = match &inbox.job_lock {
             None => None,
             Some(lock) => match lock.try_lock(&job, owner, every / 2, every.saturating_mul(10)).await {
