@@ -1,7 +1,8 @@
 //! A real Prometheus scrape: the exporter's own HTTP endpoint, read over TCP while an engine runs.
 //! The run exercises everything oncebox records (deliveries and a retry, a permanent failure moved
 //! to the DLQ, a settle refused after its rows were re-claimed, stuck recovery, the inbox with a
-//! cache, a manual DLQ change through the API, the gauges and a gauge refresh that fails), and
+//! cache, a durable inbox, a manual DLQ change through the API, the gauges and a gauge refresh
+//! that fails), and
 //! every name in `names::ALL` must be in the scrape.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,7 +14,9 @@ use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use oncebox_cache::MemoryCache;
 use oncebox_core::config::{EventSettings, Polling};
+use oncebox_core::consume::Received;
 use oncebox_core::event::{ClaimedBatch, OutboxCounts, OutboxEvent, SettleReport, Settlement};
+use oncebox_core::stored::{StoredEvent, StoredInbox, StoredInboxSettings};
 use oncebox_core::{
     Config, Consumed, Dialect, Engine, EngineParts, Error, Inbox, OutboxDao, Publisher, SchemaPlan,
     TableNames,
@@ -158,6 +161,30 @@ async fn a_scrape_of_a_running_engine_has_every_documented_name() -> TestResult 
     let again = inbox.consume_once(id, async || Ok::<_, Error>(())).await;
     assert!(matches!(first, Ok(Consumed::Applied(()))) && matches!(again, Ok(Consumed::Duplicate)));
 
+    // A durable inbox: one message stored, then processed with a transactional handler.
+    let stored = StoredInbox::new("ledger", dialect.stored_inbox_dao())
+        .with_settings(StoredInboxSettings {
+            poll_interval: Duration::from_millis(20),
+            ..StoredInboxSettings::default()
+        })?
+        .with_metrics(metrics.clone());
+    let received = Received {
+        id: Uuid::now_v7(),
+        event_type: ORDERS.to_owned(),
+        payload_type: None,
+        created_at: Some(chrono::Utc::now()),
+        headers: Default::default(),
+        source: "queue 'ledger'",
+        payload: br#"{"index":1}"#.to_vec(),
+    };
+    assert!(matches!(stored.keeper()(received).await, Ok(Consumed::Applied(()))));
+    let processing = stored
+        .processor()
+        .on_in(ORDERS, dialect.clone(), |_tx, _event: StoredEvent<serde_json::Value>| {
+            Box::pin(async { Ok(()) })
+        })
+        .start()?;
+
     let tokens = BearerTokens::new([ApiToken::new("on-call", "scrape-test-operator", Role::Operator)?])?;
     let api = DlqApi::with_tokens(dialect.dlq_dao(), tokens).metrics(metrics.clone()).router();
     let request = Request::builder()
@@ -183,6 +210,7 @@ async fn a_scrape_of_a_running_engine_has_every_documented_name() -> TestResult 
     assert!(scraped.contains(r#"oncebox_dlq_manual_actions_total{action="resolved"} 1"#), "{scraped}");
     assert!(!scraped.contains(&id.to_string()), "an event id became a label");
 
+    processing.shutdown(Duration::from_secs(10)).await;
     gauges.stop().await;
     failing.stop().await;
     dialect.pool().close().await;
