@@ -302,6 +302,21 @@ async fn raw_ids(url: &str, round: &Round, messages: usize, in_flight: u16) -> B
     round.until_applied(messages, started).await
 }
 
+/// The effect of the oncebox variants: the row `effect` inserts, in the handler's transaction.
+async fn write_effect(
+    tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+    effect: &str,
+    id: Uuid,
+    payload: &serde_json::Value,
+) -> Result<(), oncebox::BoxError> {
+    sqlx::query(AssertSqlSafe(effect.to_owned()))
+        .bind(id)
+        .bind(payload.to_string())
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
 async fn listener_ids(url: &str, round: &Round, messages: usize, in_flight: u16) -> BenchResult<Duration> {
     let effect: Arc<str> =
         format!("INSERT INTO {} (event_id, payload) VALUES ($1, $2)", round.effects()).into();
@@ -311,14 +326,7 @@ async fn listener_ids(url: &str, round: &Round, messages: usize, in_flight: u16)
     let listener = RabbitListener::builder(config)
         .on_in(EVENT_TYPE, inbox, round.dialect.clone(), move |tx, event: RabbitEvent<serde_json::Value>| {
             let effect = effect.clone();
-            Box::pin(async move {
-                sqlx::query(AssertSqlSafe(effect.to_string()))
-                    .bind(event.id)
-                    .bind(event.payload.to_string())
-                    .execute(&mut **tx)
-                    .await?;
-                Ok(())
-            })
+            Box::pin(async move { write_effect(tx, &effect, event.id, &event.payload).await })
         })
         .build()?;
     let started = Instant::now();
@@ -427,14 +435,7 @@ async fn durable(url: &str, round: &Round, args: &Args) -> BenchResult<Duration>
         .processor()
         .on_in(EVENT_TYPE, round.dialect.clone(), move |tx, event: StoredEvent<serde_json::Value>| {
             let effect = effect.clone();
-            Box::pin(async move {
-                sqlx::query(AssertSqlSafe(effect.to_string()))
-                    .bind(event.id)
-                    .bind(event.payload.to_string())
-                    .execute(&mut **tx)
-                    .await?;
-                Ok(())
-            })
+            Box::pin(async move { write_effect(tx, &effect, event.id, &event.payload).await })
         })
         .start()?;
     let config = RabbitListenerConfig::new(url.to_owned(), round.topology.queue.clone())
