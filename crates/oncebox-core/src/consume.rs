@@ -278,6 +278,14 @@ pub(crate) fn handler_failure(id: Uuid, error: BoxError) -> HandlerFailure {
     }
 }
 
+/// Rolls back the transaction of a transactional handler for event `id`. A failed rollback is
+/// logged only: the database discards the transaction with its connection anyway.
+pub(crate) async fn rollback<S: Transactions>(transactions: &S, tx: S::Tx, id: Uuid) {
+    if let Err(error) = transactions.rollback(tx).await {
+        tracing::warn!(event_id = %id, %error, "rolling back a transactional handler failed; the database discards it with the connection");
+    }
+}
+
 /// One handler per event type, each decoding the payload into its own type.
 pub struct Handlers<M> {
     by_type: HashMap<String, Handler<M>>,
@@ -464,9 +472,7 @@ impl<M: Send + 'static> Handlers<M> {
                     ConsumeError::Handler(error) => handler_failure(id, error),
                 });
                 if !matches!(outcome, Ok(Consumed::Applied(()))) {
-                    if let Err(error) = transactions.rollback(tx).await {
-                        tracing::warn!(event_id = %id, %error, "rolling back a transactional handler failed; the database discards it with the connection");
-                    }
+                    rollback(transactions, tx, id).await;
                     if matches!(outcome, Ok(Consumed::Duplicate)) {
                         // Recorded by a transaction that committed: cached from now on.
                         inbox.remember(id).await;

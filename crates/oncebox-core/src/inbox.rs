@@ -83,6 +83,20 @@ const FINISH_MAX_PAUSE: std::time::Duration = std::time::Duration::from_secs(5);
 /// The most [`Inbox::admit`] takes off the retention for clocks that disagree.
 const CLOCK_MARGIN: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// The age of an event written at `created_at` when a store that forgets what it consumed after
+/// `retention` must refuse it (it may have been consumed and forgotten); `None` when it is young
+/// enough, or its age is unknown. Events within [`CLOCK_MARGIN`] (at most half the retention) of
+/// the retention are refused too, since the clock that wrote `created_at` may run behind. The
+/// ids-only inbox ([`Inbox::admit`]) and the durable inbox's hand-off both decide by it.
+pub(crate) fn too_old(
+    created_at: Option<chrono::DateTime<chrono::Utc>>,
+    retention: std::time::Duration,
+) -> Option<std::time::Duration> {
+    let age = (chrono::Utc::now() - created_at?).to_std().unwrap_or_default();
+    let margin = (retention / 2).min(CLOCK_MARGIN);
+    (age >= retention.saturating_sub(margin)).then_some(age)
+}
+
 /// How long a non-transactional claim holds an id before another delivery may take it over, unless
 /// [`Inbox::with_lease`] says otherwise.
 pub const DEFAULT_LEASE: std::time::Duration = std::time::Duration::from_secs(300);
@@ -172,14 +186,10 @@ impl<W> Inbox<W> {
         id: Uuid,
         created_at: Option<chrono::DateTime<chrono::Utc>>,
     ) -> crate::error::Result<()> {
-        let (Some(retention), Some(created_at)) = (self.retention, created_at) else {
+        let Some(age) = self.retention.and_then(|retention| too_old(created_at, retention)) else {
             return Ok(());
         };
-        let age = (chrono::Utc::now() - created_at).to_std().unwrap_or_default();
-        let margin = (retention / 2).min(CLOCK_MARGIN);
-        if age < retention.saturating_sub(margin) {
-            return Ok(());
-        }
+        let retention = self.retention.unwrap_or_default();
         tracing::error!(
             consumer = %self.consumer, event_id = %id, ?age, ?retention,
             "event older than the inbox keeps ids: not applied, since it may have been applied and forgotten; raise oncebox.inbox.clean-up.ttl above the longest way an event can come back"

@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use super::{InboxBatch, InboxMessage, InboxSettlement, InboxStatus, NewInboxMessage};
 use crate::config::Backoff;
-use crate::consume::{Handler, HandlerFailure, HandlerFuture, Received, TxFuture, handler_failure};
+use crate::consume::{Handler, HandlerFailure, HandlerFuture, Received, TxFuture, handler_failure, rollback};
 use crate::dao::{JobLock, StoredInboxDao, StoredInboxTransactions};
 use crate::error::{BoxError, Error, ErrorKind, Result};
 use crate::hooks::{OutboxMetrics, StoredOutcome};
@@ -217,18 +217,15 @@ impl StoredInbox {
         received: Received<Vec<u8>, M>,
     ) -> Result<Consumed<()>, HandlerFailure> {
         let id = received.id;
-        if let Some(created_at) = received.created_at {
-            let window =
-                chrono::Duration::from_std(self.settings.keep_processed).unwrap_or(chrono::Duration::MAX);
-            if Utc::now().signed_duration_since(created_at) > window {
-                let text = format!(
-                    "event {id} was written at {created_at}, longer ago than the durable inbox of {} keeps \
-                     processed messages ({}): it may have been processed and cleaned up, so it is not stored",
-                    self.consumer,
-                    humantime::format_duration(self.settings.keep_processed)
-                );
-                return Err(HandlerFailure::Poison(Error::new(ErrorKind::TooOld, text)));
-            }
+        if let Some(age) = crate::inbox::too_old(received.created_at, self.settings.keep_processed) {
+            let text = format!(
+                "event {id} is {}s old, older than the durable inbox of {} keeps processed messages ({}s, \
+                 oncebox.inbox.durable.keep-processed): it may have been processed and cleaned up, so it is not stored",
+                age.as_secs(),
+                self.consumer,
+                self.settings.keep_processed.as_secs()
+            );
+            return Err(HandlerFailure::Poison(Error::new(ErrorKind::TooOld, text)));
         }
         let message = new_message(&self.consumer, received);
         match self.dao.store(&message).await {
@@ -336,21 +333,16 @@ impl StoredProcessor {
                 let (id, consumer, token) =
                     (event.id, event.source.consumer.clone(), event.source.claim_token);
                 let mut tx = transactions.begin().await.map_err(HandlerFailure::Failed)?;
-                if let Err(error) = handler(&mut tx, event).await {
+                let settled = match handler(&mut tx, event).await {
+                    Err(error) => Err(handler_failure(id, error)),
+                    Ok(()) => transactions.finish_in(&mut tx, &consumer, id, token).await.map_err(|error| {
+                        HandlerFailure::Failed(error.context(format!("settling event {id}")))
+                    }),
+                };
+                // A failed run, or a claim another poller took over: nothing of this run commits.
+                if !matches!(settled, Ok(true)) {
                     rollback(transactions, tx, id).await;
-                    return Err(handler_failure(id, error));
-                }
-                let finished = transactions.finish_in(&mut tx, &consumer, id, token).await;
-                match finished {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        rollback(transactions, tx, id).await;
-                        return Ok(false);
-                    }
-                    Err(error) => {
-                        rollback(transactions, tx, id).await;
-                        return Err(HandlerFailure::Failed(error.context(format!("settling event {id}"))));
-                    }
+                    return settled;
                 }
                 transactions.commit(tx).await.map_err(|error| {
                     HandlerFailure::Failed(error.context(format!("committing the effect of event {id}")))
@@ -419,12 +411,6 @@ impl StoredProcessor {
         tasks.spawn(recover(self.inbox.clone(), stopping.clone()));
         tasks.spawn(clean_up(self.inbox.clone(), stopping));
         Ok(StoredProcessing { stop, tasks })
-    }
-}
-
-async fn rollback<S: StoredInboxTransactions>(transactions: &S, tx: S::Tx, id: Uuid) {
-    if let Err(error) = transactions.rollback(tx).await {
-        tracing::warn!(event_id = %id, %error, "rolling back a stored message's handler failed; the database discards it with the connection");
     }
 }
 
