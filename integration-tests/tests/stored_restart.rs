@@ -1,4 +1,7 @@
-//! The durable inbox across a SIGKILL, on the real PostgreSQL: a message whose handler fails twice
+//! The durable inbox's once-only effect on the real PostgreSQL: across a SIGKILL, and against a
+//! run that outlasts its lease (the second test).
+//!
+//! Across a SIGKILL: a message whose handler fails twice
 //! waits for its third run in its row; the consumer process is killed while it waits; a new process
 //! continues at the stored attempt and time and applies the effect once.
 //!
@@ -140,4 +143,100 @@ async fn scenario(dialect: &PgDialect, prefix: &str) -> Result<(), Failed> {
     assert_eq!(Some(effects[0].1), second_pid, "applied by the new process");
     assert_eq!(effects[0].2, 2, "which found the two failed runs in the row");
     Ok(())
+}
+
+/// A run that outlasts its claim's lease: the message is recovered and run again by the same
+/// processor while the first run still holds its transaction open; the second run commits the
+/// effect with PROCESSED, and the first, finishing late, meets the claim-token fence and rolls its
+/// effect back. One effect, written by the second run; the lost run counted as an attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_outlasts_its_lease_is_rolled_back_and_the_take_over_counts() -> Result<(), Failed> {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicI64, Ordering};
+
+    use oncebox::stored::{StoredEvent, StoredInbox, StoredInboxSettings};
+
+    let variable = PgStore::VARIABLE.unwrap_or_default();
+    let Some(url) = std::env::var(variable).ok().filter(|url| !url.is_empty()) else {
+        return test_server_missing("stored_take_over", variable);
+    };
+    let prefix = random_prefix();
+    let dialect = PgDialect::connect(&url)
+        .await
+        .map_err(fail)?
+        .with_tables(&TableNames::with_prefix(&prefix).map_err(fail)?);
+    dialect.create_schema(SchemaPlan { inbox: true, ..SchemaPlan::default() }).await.map_err(fail)?;
+    // No key on event_id: two committed runs would show as two rows.
+    let create = format!(
+        "CREATE TABLE {prefix}effects (event_id UUID NOT NULL, pid BIGINT NOT NULL, failed_before BIGINT NOT NULL)"
+    );
+    sqlx::query(AssertSqlSafe(create)).execute(dialect.pool()).await.map_err(fail)?;
+    let inbox = StoredInbox::new(STORED_CONSUMER, dialect.stored_inbox_dao())
+        .with_settings(StoredInboxSettings {
+            lease: Duration::from_millis(300),
+            poll_interval: Duration::from_millis(20),
+            ..StoredInboxSettings::default()
+        })
+        .map_err(fail)?;
+    let message = NewInboxMessage {
+        consumer: STORED_CONSUMER.into(),
+        id: Uuid::now_v7(),
+        event_type: EVENT_TYPE.into(),
+        payload_type: None,
+        payload: serde_json::to_vec(&Order { order: 8, total_cents: 990 }).map_err(fail)?,
+        headers: Headers::new(),
+        source: "queue 'orders'".into(),
+        correlation_id: None,
+        created_at: None,
+    };
+    assert!(inbox.dao().store(&message).await.map_err(fail)?);
+    let runs = Arc::new(AtomicI64::new(0));
+    let (counted, effects_table) = (runs.clone(), Arc::<str>::from(format!("{prefix}effects")));
+    let processing = inbox
+        .processor()
+        .on_in(EVENT_TYPE, dialect.clone(), move |tx, event: StoredEvent<Order>| {
+            let (run, table) = (counted.fetch_add(1, Ordering::SeqCst) + 1, effects_table.clone());
+            Box::pin(async move {
+                let insert =
+                    format!("INSERT INTO {table} (event_id, pid, failed_before) VALUES ($1, $2, $3)");
+                sqlx::query(AssertSqlSafe(insert))
+                    .bind(event.id)
+                    .bind(run)
+                    .bind(i64::from(event.source.attempts))
+                    .execute(&mut **tx)
+                    .await?;
+                if run == 1 {
+                    // Far past the lease: the message is recovered and run again meanwhile.
+                    tokio::time::sleep(Duration::from_millis(1_500)).await;
+                }
+                Ok(())
+            })
+        })
+        .start()
+        .map_err(fail)?;
+    let done = until(&**inbox.dao(), message.id, "the take-over's run", |stored| {
+        stored.status == InboxStatus::Processed
+    })
+    .await;
+    // Past the first run's end, so that its late settle has happened.
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    processing.shutdown(Duration::from_secs(10)).await;
+    let outcome = async {
+        let done = done?;
+        assert_eq!(done.attempts, 1, "the run whose lease ran out counts as a failed one");
+        let effects = effects(&dialect, &prefix).await?;
+        assert_eq!(runs.load(Ordering::SeqCst), 2, "the first run and the take-over");
+        assert_eq!(effects, [(message.id, 2, 1)], "one effect, the take-over's");
+        Ok(())
+    }
+    .await;
+    for table in [
+        format!("{prefix}effects"),
+        dialect.tables().inbox().to_owned(),
+        dialect.tables().consumed().to_owned(),
+    ] {
+        let drop = format!("DROP TABLE IF EXISTS {table}");
+        sqlx::query(AssertSqlSafe(drop)).execute(dialect.pool()).await.map_err(fail)?;
+    }
+    outcome
 }
