@@ -284,6 +284,16 @@ fn mark(numbered: bool, n: usize) -> String {
     if numbered { format!("${n}") } else { "?".to_owned() }
 }
 
+/// The statement that writes one effect row (value 1 the event id), whichever way it is applied.
+fn effect_insert(names: &Names, numbered: bool) -> String {
+    format!("INSERT INTO {} (event_id) VALUES ({})", names.effects, mark(numbered, 1))
+}
+
+/// The statement that notes a delivery's outcome (value 1 the outcome, value 2 the delivery).
+fn outcome_update(table: &str, numbered: bool) -> String {
+    format!("UPDATE {table} SET outcome = {} WHERE delivery_id = {}", mark(numbered, 1), mark(numbered, 2))
+}
+
 /// A durable inbox id as a dialect's `outbox_inbox_messages.id` column reads: a native UUID
 /// (PostgreSQL's `UUID`, MySQL's `BINARY(16)` as sqlx encodes a `Uuid`), or hyphenated text
 /// (SQLite).
@@ -375,7 +385,7 @@ macro_rules! sql_store_operations {
             id: Uuid,
             fail: bool,
         ) -> Result<Consumed<()>> {
-            let insert = format!("INSERT INTO {} (event_id) VALUES ({})", names.effects, mark($numbered, 1));
+            let insert = effect_insert(names, $numbered);
             let mut tx = dialect.pool().begin().await.map_err(database_error("begin"))?;
             // `Inbox::consume_in`, spelled out: its future with an effect borrowing the transaction
             // fails the `Send` check the listener needs ("implementation of `AsyncFnOnce` is not
@@ -454,11 +464,7 @@ macro_rules! sql_store_operations {
         }
 
         async fn note_delivery(dialect: &$dialect, table: &str, delivery: &str, outcome: &str) -> Result<()> {
-            let sql = format!(
-                "UPDATE {table} SET outcome = {} WHERE delivery_id = {}",
-                mark($numbered, 1),
-                mark($numbered, 2)
-            );
+            let sql = outcome_update(table, $numbered);
             sqlx::query(AssertSqlSafe(sql))
                 .bind(outcome)
                 .bind(delivery)
@@ -519,7 +525,7 @@ macro_rules! sql_store_operations {
         }
 
         async fn apply_without_inbox(dialect: &$dialect, names: &Names, id: Uuid) -> Result<()> {
-            let insert = format!("INSERT INTO {} (event_id) VALUES ({})", names.effects, mark($numbered, 1));
+            let insert = effect_insert(names, $numbered);
             sqlx::query(AssertSqlSafe(insert))
                 .bind(id.to_string())
                 .execute(dialect.pool())
@@ -529,7 +535,7 @@ macro_rules! sql_store_operations {
         }
 
         async fn apply_in(tx: &mut StoreTx<Self>, names: &Names, id: Uuid) -> Result<()> {
-            let insert = format!("INSERT INTO {} (event_id) VALUES ({})", names.effects, mark($numbered, 1));
+            let insert = effect_insert(names, $numbered);
             sqlx::query(AssertSqlSafe(insert))
                 .bind(id.to_string())
                 .execute(&mut **tx)
@@ -539,11 +545,7 @@ macro_rules! sql_store_operations {
         }
 
         async fn note_delivery_in(tx: &mut StoreTx<Self>, table: &str, delivery: &str, outcome: &str) -> Result<()> {
-            let sql = format!(
-                "UPDATE {table} SET outcome = {} WHERE delivery_id = {}",
-                mark($numbered, 1),
-                mark($numbered, 2)
-            );
+            let sql = outcome_update(table, $numbered);
             sqlx::query(AssertSqlSafe(sql))
                 .bind(outcome)
                 .bind(delivery)
